@@ -1,0 +1,35 @@
+# Two commands do all the set-up (see README):
+#   make lab   - create .venv if missing, install everything, open the course in JupyterLab
+#   make test  - the same install, then lint + the whole test suite (lib tests and strict nbval)
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
+
+.PHONY: install lab test lint bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -c constraints.txt -r requirements.txt -r requirements-dev.txt
+	$(PIP) install --no-deps -e .
+	touch $@
+
+install: $(STAMP)
+
+lab: install
+	$(BIN)/jupyter lab notebooks/
+
+lint: install
+	$(BIN)/ruff check lib tests bench notebooks
+	$(BIN)/ruff format --check lib tests bench notebooks
+
+test: lint
+	$(BIN)/python -m pytest --nbval --nbval-current-env tests notebooks
+
+bench: install
+	$(BIN)/python bench/bench.py
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .hypothesis .ruff_cache *.egg-info

@@ -1,0 +1,403 @@
+"""Scaled dot-product and multi-head attention in NumPy (notebooks 02 and 03).
+
+Conventions:
+- row vectors: ``x @ W`` with ``W`` of shape (d_in, d_out);
+- shapes are named in order in comments, e.g. ``# (batch, heads, n_q, n_k)``;
+- masks are boolean, ``True`` = "this query may attend to this key", and broadcast
+  against the scores (batch, heads, n_q, n_k);
+- a query that may attend to no key gets attention weights of 0 and an attention output
+  of 0 (the multi-head output is then just the output bias ``b_o``): defined, never NaN.
+
+Floating inputs keep their dtype (float32 stays float32); integer inputs are promoted
+to float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+# --------------------------------------------------------------------------- softmax
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax along ``axis``.
+
+    Subtracting the maximum before ``exp`` keeps large scores from overflowing.
+    ``-inf`` entries (masked keys) get weight 0; a slice that is entirely ``-inf`` gets
+    all zeros instead of NaN. NaN or ``+inf`` in the input raise ``ValueError``.
+    """
+    x = _as_float(x, "softmax input")
+    _require_no_nan_or_posinf(x, "softmax input")
+    return _softmax_inplace(x.copy(), axis)
+
+
+def _softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax that overwrites ``scores`` (no NaN/+inf check: callers do that)."""
+    top = scores.max(axis=axis, keepdims=True)
+    top[np.isneginf(top)] = 0.0  # an all-masked slice: exp(-inf - 0) = 0, not NaN
+    np.subtract(scores, top, out=scores)
+    np.exp(scores, out=scores)
+    total = scores.sum(axis=axis, keepdims=True)
+    np.divide(scores, total, out=scores, where=total > 0)
+    return scores
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
+    """Boolean (n_q, n_k) mask, True where query i may attend to key j.
+
+    With n_k == n_q (the default) query i sees keys 0..i. With n_k > n_q the queries are
+    taken to be the *last* n_q positions of the key sequence (as when earlier keys are
+    cached), so query i sees keys 0..i + (n_k - n_q).
+    """
+    n_k = n_q if n_k is None else n_k
+    if n_q < 1 or n_k < 1:
+        raise ValueError(f"causal_mask needs n_q >= 1 and n_k >= 1, got n_q={n_q}, n_k={n_k}")
+    return np.tri(n_q, n_k, k=n_k - n_q, dtype=bool)
+
+
+def padding_mask(lengths, n_k: int) -> np.ndarray:
+    """Boolean (batch, 1, 1, n_k) mask: key j of sequence b is real iff j < lengths[b].
+
+    The two singleton axes let it broadcast over heads and queries, and combine with a
+    causal mask by ``&``: ``causal_mask(n) & padding_mask(lengths, n)`` is
+    (batch, 1, n, n).
+    """
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
+        raise ValueError(f"lengths must be a 1-D sequence of integers, got {lengths!r}")
+    bad = lengths[(lengths < 0) | (lengths > n_k)]
+    if bad.size:
+        raise ValueError(f"lengths must lie in [0, n_k={n_k}], got {bad.tolist()}")
+    keys = np.arange(n_k)
+    return (keys[None, :] < lengths[:, None])[:, None, None, :]
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def scaled_dot_product_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(q k^T / sqrt(d_k)) v, over any leading batch axes.
+
+    q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v);
+    mask: boolean, broadcastable to (..., n_q, n_k), True = may attend.
+    Returns (output (..., n_q, d_v), weights (..., n_q, n_k)).
+    """
+    q = _as_float(q, "q")
+    k = _as_float(k, "k")
+    v = _as_float(v, "v")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if a.ndim < 2:
+            raise ValueError(f"{name} must have at least 2 axes (..., n, d), got shape {a.shape}")
+        _require_finite(a, name)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share d_k (last axis): q is {q.shape}, k is {k.shape}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same number of keys (axis -2): k is {k.shape}, v is {v.shape}"
+        )
+    d_k = q.shape[-1]
+    # Fold 1/sqrt(d_k) into q: it touches n_q*d_k numbers instead of n_q*n_k, and a Python
+    # float keeps float32 inputs in float32 (np.sqrt would give a float64 scalar).
+    scores = (q * (1.0 / math.sqrt(d_k))) @ np.swapaxes(k, -1, -2)  # (..., n_q, n_k)
+    if mask is not None:
+        mask = _check_mask(mask, scores.shape)
+        np.copyto(scores, -np.inf, where=~mask)
+    weights = _softmax_inplace(scores)  # (..., n_q, n_k)
+    return weights @ v, weights
+
+
+def _check_mask(mask, scores_shape: tuple[int, ...]) -> np.ndarray:
+    mask = np.asarray(mask)
+    if mask.dtype != bool:
+        raise ValueError(
+            f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
+            "if 1 means 'may attend', pass mask.astype(bool)"
+        )
+    try:
+        broadcast = np.broadcast_shapes(mask.shape, scores_shape)
+    except ValueError:
+        broadcast = None
+    if broadcast != tuple(scores_shape):
+        raise ValueError(
+            f"mask of shape {mask.shape} cannot broadcast to the attention scores' shape "
+            f"{tuple(scores_shape)} (..., n_q, n_k)"
+        )
+    return mask
+
+
+# --------------------------------------------------------------------------- heads
+
+
+def valid_head_counts(d_model: int) -> list[int]:
+    """The head counts that divide d_model evenly."""
+    return [h for h in range(1, d_model + 1) if d_model % h == 0]
+
+
+def _check_heads(d_model: int, n_heads: int) -> int:
+    if not isinstance(n_heads, int | np.integer) or n_heads < 1:
+        raise ValueError(f"n_heads must be a positive integer, got {n_heads!r}")
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by n_heads={n_heads}; "
+            f"valid head counts for d_model={d_model} are {valid_head_counts(d_model)}"
+        )
+    return d_model // n_heads
+
+
+def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
+    """(batch, seq, d_model) -> (batch, heads, seq, d_k), with d_k = d_model / heads.
+
+    Reshape splits the last axis into (heads, d_k); the transpose then moves heads in
+    front of seq. Reshaping straight to (batch, heads, seq, d_k) would also run, but it
+    would cut the *sequence* into pieces instead of the features.
+    """
+    if x.ndim != 3:
+        raise ValueError(f"split_heads expects (batch, seq, d_model), got shape {x.shape}")
+    batch, seq, d_model = x.shape
+    d_k = _check_heads(d_model, n_heads)
+    return x.reshape(batch, seq, n_heads, d_k).transpose(0, 2, 1, 3)
+
+
+def merge_heads(x: np.ndarray) -> np.ndarray:
+    """(batch, heads, seq, d_k) -> (batch, seq, heads * d_k): the concat of the heads."""
+    if x.ndim != 4:
+        raise ValueError(f"merge_heads expects (batch, heads, seq, d_k), got shape {x.shape}")
+    batch, heads, seq, d_k = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * d_k)
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+@dataclass
+class MHAParams:
+    """Weights of one multi-head attention layer (row-vector convention: x @ W).
+
+    W_q, W_k, W_v: (d_model, d_model); columns h*d_k:(h+1)*d_k belong to head h.
+    W_o: (d_model, d_model), mixes the concatenated heads.
+    b_q, b_k, b_v, b_o: (d_model,) or None.
+    """
+
+    W_q: np.ndarray
+    W_k: np.ndarray
+    W_v: np.ndarray
+    W_o: np.ndarray
+    n_heads: int
+    b_q: np.ndarray | None = None
+    b_k: np.ndarray | None = None
+    b_v: np.ndarray | None = None
+    b_o: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        d = self.W_q.shape[0] if self.W_q.ndim == 2 else None
+        for name in ("W_q", "W_k", "W_v", "W_o"):
+            W = getattr(self, name)
+            if W.ndim != 2 or W.shape != (d, d):
+                raise ValueError(
+                    f"{name} must be square (d_model, d_model) like W_q {self.W_q.shape}, "
+                    f"got {W.shape}"
+                )
+        for name in ("b_q", "b_k", "b_v", "b_o"):
+            b = getattr(self, name)
+            if b is not None and b.shape != (d,):
+                raise ValueError(f"{name} must have shape ({d},), got {b.shape}")
+        _check_heads(d, self.n_heads)
+
+    @property
+    def d_model(self) -> int:
+        return self.W_q.shape[0]
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def has_bias(self) -> bool:
+        return self.b_q is not None
+
+
+def init_mha_params(
+    d_model: int,
+    n_heads: int,
+    rng: np.random.Generator,
+    bias: bool = False,
+    dtype=np.float64,
+) -> MHAParams:
+    """Random weights, uniform in +-sqrt(6 / (d_in + d_out)) (Glorot/Xavier).
+
+    With ``bias=True`` the biases are drawn from N(0, 0.1) rather than set to zero (the
+    usual start for training), so that code which mishandles a bias gives a visibly
+    different answer.
+    """
+    _check_heads(d_model, n_heads)
+    limit = math.sqrt(6.0 / (2 * d_model))
+
+    def weight():
+        return rng.uniform(-limit, limit, size=(d_model, d_model)).astype(dtype)
+
+    def vector():
+        return rng.normal(0.0, 0.1, size=d_model).astype(dtype) if bias else None
+
+    return MHAParams(
+        W_q=weight(),
+        W_k=weight(),
+        W_v=weight(),
+        W_o=weight(),
+        n_heads=n_heads,
+        b_q=vector(),
+        b_k=vector(),
+        b_v=vector(),
+        b_o=vector(),
+    )
+
+
+def count_params(params: MHAParams) -> int:
+    """Number of learnable numbers: 4 d_model^2, plus 4 d_model with biases."""
+    return sum(
+        getattr(params, f.name).size
+        for f in fields(params)
+        if f.name != "n_heads" and getattr(params, f.name) is not None
+    )
+
+
+# --------------------------------------------------------------------------- multi-head
+
+
+def _project(x: np.ndarray, W: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    y = x @ W
+    if b is not None:
+        y += b
+    return y
+
+
+def _prepare(x_q, x_kv, params: MHAParams):
+    x_q = _as_float(x_q, "x_q")
+    x_kv = _as_float(x_kv, "x_kv")
+    if x_q.ndim not in (2, 3) or x_kv.ndim != x_q.ndim:
+        raise ValueError(
+            "x_q and x_kv must both be (batch, n, d_model) or both (n, d_model), "
+            f"got x_q {x_q.shape} and x_kv {x_kv.shape}"
+        )
+    unbatched = x_q.ndim == 2
+    if unbatched:
+        x_q, x_kv = x_q[None], x_kv[None]
+    d = params.d_model
+    for name, x in (("x_q", x_q), ("x_kv", x_kv)):
+        if x.shape[-1] != d:
+            raise ValueError(
+                f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but the parameters "
+                f"have d_model={d}"
+            )
+        _require_finite(x, name)
+    if x_q.shape[0] != x_kv.shape[0]:
+        raise ValueError(f"x_q and x_kv have different batch sizes: {x_q.shape} and {x_kv.shape}")
+    return x_q, x_kv, unbatched
+
+
+def multi_head_attention(
+    x_q: np.ndarray,
+    x_kv: np.ndarray,
+    params: MHAParams,
+    mask: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Batched multi-head attention, all heads at once by reshape/transpose.
+
+    x_q: (batch, n_q, d_model) queries; x_kv: (batch, n_k, d_model) keys and values
+    (pass the same array twice for self-attention; n_q != n_k for cross-attention).
+    Unbatched (n, d_model) inputs are accepted and give unbatched outputs.
+    mask: boolean, broadcastable to (batch, heads, n_q, n_k), True = may attend.
+    Returns (output (batch, n_q, d_model), weights (batch, heads, n_q, n_k)).
+    """
+    x_q, x_kv, unbatched = _prepare(x_q, x_kv, params)
+    h = params.n_heads
+    q = split_heads(_project(x_q, params.W_q, params.b_q), h)  # (batch, heads, n_q, d_k)
+    k = split_heads(_project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
+    v = split_heads(_project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
+    heads, weights = scaled_dot_product_attention(q, k, v, _batched_mask(mask))
+    out = _project(merge_heads(heads), params.W_o, params.b_o)  # (batch, n_q, d_model)
+    return (out[0], weights[0]) if unbatched else (out, weights)
+
+
+def multi_head_attention_per_head(
+    x_q: np.ndarray,
+    x_kv: np.ndarray,
+    params: MHAParams,
+    mask: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The same as :func:`multi_head_attention`, computed one head at a time.
+
+    Head h uses columns h*d_k:(h+1)*d_k of W_q, W_k, W_v (and of the biases); the heads'
+    outputs are concatenated along the features and projected by W_o. Kept as a
+    reference the reshape version is tested against, and for the loop-vs-reshape
+    benchmark.
+    """
+    x_q, x_kv, unbatched = _prepare(x_q, x_kv, params)
+    mask = _batched_mask(mask)
+    if mask is not None:
+        scores_shape = (x_q.shape[0], params.n_heads, x_q.shape[1], x_kv.shape[1])
+        mask = np.broadcast_to(_check_mask(mask, scores_shape), scores_shape)
+    d_k = params.d_k
+    outputs, weights = [], []
+    for h in range(params.n_heads):
+        cols = slice(h * d_k, (h + 1) * d_k)
+
+        def head_bias(b, cols=cols):
+            return None if b is None else b[cols]
+
+        q = _project(x_q, params.W_q[:, cols], head_bias(params.b_q))  # (batch, n_q, d_k)
+        k = _project(x_kv, params.W_k[:, cols], head_bias(params.b_k))  # (batch, n_k, d_k)
+        v = _project(x_kv, params.W_v[:, cols], head_bias(params.b_v))  # (batch, n_k, d_k)
+        head_mask = None if mask is None else mask[:, h]
+        out_h, w_h = scaled_dot_product_attention(q, k, v, head_mask)
+        outputs.append(out_h)
+        weights.append(w_h)
+    concat = np.concatenate(outputs, axis=-1)  # (batch, n_q, d_model)
+    out = _project(concat, params.W_o, params.b_o)
+    weights = np.stack(weights, axis=1)  # (batch, heads, n_q, n_k)
+    return (out[0], weights[0]) if unbatched else (out, weights)
+
+
+def _batched_mask(mask):
+    """Give a mask four axes (batch, heads, n_q, n_k) by adding leading singletons."""
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    if mask.ndim > 4:
+        raise ValueError(
+            f"mask has {mask.ndim} axes (shape {mask.shape}); at most 4 "
+            "(batch, heads, n_q, n_k) are allowed"
+        )
+    return mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _as_float(x, name: str) -> np.ndarray:
+    x = np.asarray(x)
+    if np.issubdtype(x.dtype, np.floating):
+        return x
+    if np.issubdtype(x.dtype, np.integer) or x.dtype == bool:
+        return x.astype(np.float64)
+    raise ValueError(f"{name} must hold real numbers, got dtype {x.dtype}")
+
+
+def _require_finite(x: np.ndarray, name: str) -> None:
+    if not np.isfinite(x).all():
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
+        raise ValueError(f"{name} contains NaN or inf (first at index {where}, shape {x.shape})")
+
+
+def _require_no_nan_or_posinf(x: np.ndarray, name: str) -> None:
+    bad = np.isnan(x) | np.isposinf(x)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name} contains NaN or +inf (first at index {where}, shape {x.shape})")

@@ -1,0 +1,567 @@
+"""Checks for the exercises in the notebooks.
+
+Each ``check_*`` function calls a student's implementation on a few fixed inputs and
+compares the result with lib's reference. On success it prints one line starting with
+"✓". On failure it raises :class:`CheckFailed` with one sentence the student can act on:
+where the answer matches a known mistake (a missing 1/sqrt(d_k), softmax over the wrong
+axis, a mask the wrong way round, ...) the sentence names that mistake; otherwise it says
+which property is broken (shape, rows not summing to 1, ...). Messages never contain the
+solution's code.
+
+A stub that still raises ``NotImplementedError`` and an answer of the wrong shape are
+reported as such, never as a crash inside the check.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from . import attention as A
+from . import lists as L
+
+
+class CheckFailed(AssertionError):
+    """An exercise's answer is not right yet; the message says what to fix."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _call(fn: Callable, name: str, *args, hints: Sequence[tuple[type, str]] = ()):
+    """Call the student's function, turning its exceptions into one clear sentence."""
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise CheckFailed(
+            f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - any error in student code becomes a message
+        for exc_type, hint in hints:
+            if isinstance(exc, exc_type):
+                raise CheckFailed(hint) from None
+        raise CheckFailed(f"{name} raised {type(exc).__name__}: {exc}") from None
+
+
+def _as_array(value, name: str, what: str = "its result") -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise CheckFailed(
+            f"{name} should return numbers in a rectangular shape, but {what} is "
+            f"{type(value).__name__} that cannot be read as an array."
+        ) from None
+    return arr
+
+
+def _expect_shape(arr: np.ndarray, shape: tuple[int, ...], name: str, what: str) -> None:
+    if arr.shape != tuple(shape):
+        raise CheckFailed(f"{name}: expected {what} of shape {tuple(shape)}, got {arr.shape}.")
+
+
+def _close(a: np.ndarray, b: np.ndarray, tol: float = 1e-7) -> bool:
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=tol, atol=tol, equal_nan=False))
+
+
+def _match_mistake(got, mistakes, tol: float = 1e-7) -> None:
+    """Raise the message of the first known mistake whose output equals ``got``."""
+    for wrong, message in mistakes:
+        if wrong is not None and _close(got, wrong, tol):
+            raise CheckFailed(message)
+
+
+def _passed(message: str) -> None:
+    print(f"✓ {message}")
+
+
+# --------------------------------------------------------------------------- softmax
+
+
+_SOFTMAX_ROWS = [
+    [1.0, 2.0, 3.0],
+    [0.5, -1.0, 0.0, 2.0],
+    [-3.0, -3.0],
+]
+_BIG_ROW = [1000.0, 1001.0, 999.0]
+_MASKED_ROW = [0.3, float("-inf"), 1.2, float("-inf")]
+_ALL_MASKED_ROW = [float("-inf"), float("-inf"), float("-inf")]
+
+
+def check_softmax_list(softmax_fn: Callable[[list[float]], list[float]]) -> None:
+    """Exercise (notebook 01): softmax of one Python list."""
+    name = "softmax"
+    for row in _SOFTMAX_ROWS:
+        got = _as_array(_call(softmax_fn, name, list(row)), name)
+        _expect_shape(got, (len(row),), name, f"a list of {len(row)} weights")
+        expected = np.asarray(L.softmax(row))
+        if not _close(got, expected):
+            _match_mistake(
+                got,
+                [
+                    (np.asarray(row) / np.sum(row), f"{name}: exponentiate each score first."),
+                    (
+                        np.exp(row),
+                        f"{name}: divide every exp by the row's total, so they sum to 1.",
+                    ),
+                ],
+            )
+            if not math.isclose(float(got.sum()), 1.0, rel_tol=1e-9):
+                raise CheckFailed(
+                    f"{name}: the weights should sum to 1, yours sum to {got.sum():.4g}."
+                )
+            raise CheckFailed(f"{name}: wrong values for input {row}.")
+    got = _call(
+        softmax_fn,
+        name,
+        list(_BIG_ROW),
+        hints=[
+            (
+                OverflowError,
+                f"{name}: exp overflowed on scores near 1000; "
+                "subtract the row's largest score before exponentiating.",
+            )
+        ],
+    )
+    if not _close(_as_array(got, name), np.asarray(L.softmax(_BIG_ROW))):
+        raise CheckFailed(
+            f"{name}: scores near 1000 give wrong weights; subtract the row's "
+            "largest score before exponentiating."
+        )
+    got = _as_array(_call(softmax_fn, name, list(_MASKED_ROW)), name)
+    if not _close(got, np.asarray(L.softmax(_MASKED_ROW))):
+        raise CheckFailed(
+            f"{name}: entries that are -inf (masked keys) must get weight exactly 0 "
+            "and the rest must still sum to 1."
+        )
+    got = _call(
+        softmax_fn,
+        name,
+        list(_ALL_MASKED_ROW),
+        hints=[
+            (
+                ArithmeticError,
+                f"{name}: a row where every score is -inf (nothing to attend to) "
+                "must return all zeros, not raise an error.",
+            )
+        ],
+    )
+    got = _as_array(got, name)
+    if not _close(got, np.zeros(len(_ALL_MASKED_ROW))):
+        raise CheckFailed(
+            f"{name}: a row where every score is -inf (nothing to attend to) must "
+            f"return all zeros, you returned {got.tolist()}."
+        )
+    _passed(
+        "softmax: sums to 1, survives scores near 1000, gives masked keys 0 and an "
+        "all-masked row zeros."
+    )
+
+
+def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Exercise (notebook 02): vectorised, stable softmax over the last axis."""
+    name = "softmax"
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 4, 5))
+    got = _as_array(_call(softmax_fn, name, x.copy()), name)
+    _expect_shape(got, x.shape, name, "an output")
+    expected = A.softmax(x)
+    if not _close(got, expected):
+        e = np.exp(x)
+        _match_mistake(
+            got,
+            [
+                (
+                    e / e.sum(axis=-2, keepdims=True),
+                    f"{name}: your columns sum to 1 but your rows do not: normalise over the last "
+                    "axis (axis=-1).",
+                ),
+                (
+                    e / e.sum(axis=0, keepdims=True),
+                    f"{name}: you normalised over axis 0; normalise over the last axis (axis=-1).",
+                ),
+                (
+                    e / e.sum(),
+                    f"{name}: you divided by the sum of the whole array; divide each "
+                    "row by its own sum (axis=-1, keepdims=True).",
+                ),
+            ],
+        )
+        sums = got.sum(axis=-1)
+        if not np.allclose(sums, 1.0):
+            raise CheckFailed(
+                f"{name}: each row (last axis) should sum to 1; one sums to "
+                f"{sums.flat[np.argmax(np.abs(sums - 1))]:.4g}."
+            )
+        raise CheckFailed(f"{name}: rows sum to 1 but the values are wrong.")
+    big = np.array([[1000.0, 1001.0, 999.0], [-2.0, 0.0, 1.0]])
+    got = _as_array(_call(softmax_fn, name, big.copy()), name)
+    if not np.isfinite(got).all():
+        raise CheckFailed(
+            f"{name}: scores near 1000 give NaN/inf; subtract the largest score "
+            "of each row before np.exp."
+        )
+    far_apart = np.array([[-1000.0, -999.0, -1001.0], [0.0, 1.0, 2.0]])
+    got = _as_array(_call(softmax_fn, name, far_apart.copy()), name)
+    if not _close(got, A.softmax(far_apart)):
+        raise CheckFailed(
+            f"{name}: a row far below the others gives wrong weights; subtract each "
+            "row's own maximum (keepdims=True), not the maximum of the whole array."
+        )
+    masked = np.array([[0.3, -np.inf, 1.2], [-np.inf, -np.inf, -np.inf]])
+    with np.errstate(all="ignore"):
+        got = _as_array(_call(softmax_fn, name, masked.copy()), name)
+    if not _close(got[0], A.softmax(masked[0])):
+        raise CheckFailed(f"{name}: -inf entries (masked keys) must get weight exactly 0.")
+    if not _close(got[1], np.zeros(3)):
+        raise CheckFailed(
+            f"{name}: a row that is entirely -inf must give zeros, not "
+            f"{np.round(got[1], 4).tolist()}; guard the all-masked case."
+        )
+    _passed(
+        "softmax: rows sum to 1, stable for large and far-apart scores, masked entries 0, "
+        "all-masked rows 0."
+    )
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def check_causal_mask_list(causal_mask_fn: Callable[[int], list[list[bool]]]) -> None:
+    """Exercise (notebook 01): the causal mask as a list of lists of booleans."""
+    name = "causal_mask"
+    for n in (1, 4, 6):
+        got = _call(causal_mask_fn, name, n)
+        arr = np.asarray(got)
+        _expect_shape(arr, (n, n), name, f"an {n} x {n} mask")
+        if arr.dtype != bool:
+            raise CheckFailed(
+                f"{name}: use True/False entries (True = may attend), got {arr.dtype} values."
+            )
+        expected = np.asarray(L.causal_mask(n))
+        if np.array_equal(arr, expected):
+            continue
+        if np.array_equal(arr, ~expected):
+            raise CheckFailed(
+                f"{name}: your mask is the wrong way round: True must mean 'query i "
+                "may attend to key j', which holds for keys at or before i."
+            )
+        if np.array_equal(arr, expected.T):
+            raise CheckFailed(
+                f"{name}: your mask lets query i see the keys after it; it must see "
+                "keys 0..i and hide the future."
+            )
+        if np.array_equal(arr, expected & ~np.eye(n, dtype=bool)):
+            raise CheckFailed(
+                f"{name}: the diagonal is False, so a token cannot attend to itself; "
+                "query i may attend to keys 0..i inclusive."
+            )
+        if np.array_equal(arr, np.tri(n, k=1, dtype=bool)):
+            raise CheckFailed(
+                f"{name}: off by one: query i can see key i+1; it may attend to keys 0..i only."
+            )
+        raise CheckFailed(
+            f"{name}({n}) is wrong at row {int(np.argwhere(arr != expected)[0][0])}: "
+            "query i may attend to keys 0..i and to nothing after."
+        )
+    _passed("causal_mask: query i attends to keys 0..i, for n = 1, 4 and 6.")
+
+
+def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarray]) -> None:
+    """Exercise (notebook 02): padding mask of shape (batch, 1, 1, n_k)."""
+    name = "padding_mask"
+    lengths, n_k = [3, 5, 1], 5
+    got = np.asarray(_call(padding_mask_fn, name, list(lengths), n_k))
+    expected = A.padding_mask(lengths, n_k)
+    if got.shape == (len(lengths), n_k):
+        raise CheckFailed(
+            f"{name}: expected shape (batch, 1, 1, n_k) = {expected.shape} so that "
+            f"the mask broadcasts over heads and queries; got {got.shape}."
+        )
+    _expect_shape(got, expected.shape, name, "a mask")
+    if got.dtype != bool:
+        raise CheckFailed(f"{name}: use booleans (True = may attend), got {got.dtype}.")
+    if np.array_equal(got, expected):
+        lengths2 = [0, 2]
+        got2 = np.asarray(_call(padding_mask_fn, name, list(lengths2), 2))
+        if not np.array_equal(got2, A.padding_mask(lengths2, 2)):
+            raise CheckFailed(
+                f"{name}: wrong for lengths {lengths2} with n_k=2: a sequence of "
+                "length 0 has no real key."
+            )
+        _passed("padding_mask: real keys True, padding False, shape (batch, 1, 1, n_k).")
+        return
+    if np.array_equal(got, ~expected):
+        raise CheckFailed(
+            f"{name}: your mask is the wrong way round: True must mark real tokens "
+            "(may attend) and False the padding."
+        )
+    if np.array_equal(got, A.padding_mask(np.minimum(np.array(lengths) + 1, n_k), n_k)):
+        raise CheckFailed(
+            f"{name}: off by one: a sequence of length L has real keys 0..L-1, "
+            "so key L is already padding."
+        )
+    if np.array_equal(got, A.padding_mask(np.array(lengths) - 1, n_k)):
+        raise CheckFailed(
+            f"{name}: off by one: a sequence of length L has L real keys, "
+            "0..L-1; you marked only L-1."
+        )
+    raise CheckFailed(
+        f"{name}: wrong for lengths {lengths}: key j of sequence b is real "
+        "exactly when j < lengths[b]."
+    )
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def _attention_mistakes(q, k, v, mask, use_lists: bool):
+    """What the classic wrong versions of attention return on these inputs."""
+    d_k = q.shape[-1]
+    kt = np.swapaxes(k, -1, -2)
+    raw = q @ kt
+
+    def finish(scores, axis=-1, m=mask):
+        if m is not None:
+            scores = np.where(m, scores, -np.inf)
+        w = A._softmax_inplace(np.array(scores, dtype=float), axis)
+        return w @ v, w
+
+    found = [
+        (
+            finish(raw),
+            "you did not scale the scores: divide q @ k^T by sqrt(d_k) before the softmax.",
+        ),
+        (finish(raw / d_k), "you divided the scores by d_k; divide by sqrt(d_k)."),
+        (finish(raw * math.sqrt(d_k)), "you multiplied the scores by sqrt(d_k); divide by it."),
+        (
+            finish(raw / math.sqrt(d_k), axis=-2),
+            "your softmax runs over the queries (columns sum "
+            "to 1); take it over the keys, the last axis, so each query's row sums to 1.",
+        ),
+    ]
+    if mask is not None:
+        found += [
+            (
+                finish(raw / math.sqrt(d_k), m=~np.asarray(mask)),
+                "your mask is applied the wrong way round: True means 'may attend', so set the "
+                "scores to -inf where the mask is False.",
+            ),
+            (
+                finish(raw / math.sqrt(d_k), m=None),
+                "the mask had no effect: set the scores to -inf where the mask is False, before "
+                "the softmax.",
+            ),
+        ]
+        w = A._softmax_inplace(raw / math.sqrt(d_k)) * mask
+        found.append(
+            (
+                (w @ v, w),
+                "you masked the weights after the softmax, so rows no longer "
+                "sum to 1: mask the scores (with -inf) before the softmax.",
+            )
+        )
+    if not use_lists and q.ndim == 3:
+        kT_all = np.transpose(k)  # what k.T does to a batched array
+        try:
+            s = np.matmul(q, kT_all) / math.sqrt(d_k)
+            w = A._softmax_inplace(s)
+            found.append(
+                (
+                    (w @ v, w),
+                    "k.T reverses every axis of a batched array; swap only the "
+                    "last two: np.swapaxes(k, -1, -2).",
+                )
+            )
+        except ValueError:
+            pass
+    return found
+
+
+def _check_attention_result(result, q, k, v, mask, name, use_lists):
+    if not (isinstance(result, tuple | list) and len(result) == 2):
+        raise CheckFailed(
+            f"{name} should return a pair (output, weights), got {type(result).__name__}."
+        )
+    out = _as_array(result[0], name, "the output")
+    weights = _as_array(result[1], name, "the weights")
+    shape_w = q.shape[:-1] + (k.shape[-2],)
+    shape_o = q.shape[:-1] + (v.shape[-1],)
+    _expect_shape(weights, shape_w, name, "weights (..., n_q, n_k)")
+    _expect_shape(out, shape_o, name, "an output (..., n_q, d_v)")
+    exp_out, exp_w = A.scaled_dot_product_attention(q, k, v, mask)
+    if _close(weights, exp_w) and _close(out, exp_out):
+        return
+    for (m_out, m_w), message in _attention_mistakes(q, k, v, mask, use_lists):
+        if _close(weights, m_w):
+            raise CheckFailed(f"{name}: {message}")
+    if _close(weights, exp_w):
+        raise CheckFailed(
+            f"{name}: the weights are right but the output is not: it is weights @ v."
+        )
+    if not np.isfinite(weights).all():
+        raise CheckFailed(f"{name}: the weights contain NaN or inf.")
+    sums = weights.sum(axis=-1)
+    if not np.allclose(sums, 1.0):
+        raise CheckFailed(
+            f"{name}: each query's weights should sum to 1; one row sums to "
+            f"{sums.flat[np.argmax(np.abs(sums - 1))]:.4g}."
+        )
+    raise CheckFailed(
+        f"{name}: the weights are wrong (rows do sum to 1): compare your scores "
+        "with q @ k^T / sqrt(d_k)."
+    )
+
+
+def check_attention_list(attention_fn: Callable) -> None:
+    """Exercise (notebook 01): attention(Q, K, V, mask) on lists -> (output, weights)."""
+    name = "attention"
+    rng = np.random.default_rng(1)
+    for n_q, n_k, d_k, d_v, masked in (
+        (4, 4, 3, 2, True),
+        (3, 5, 4, 3, False),
+        (5, 5, 2, 2, False),
+    ):
+        q, k, v = (
+            rng.normal(size=(n_q, d_k)),
+            rng.normal(size=(n_k, d_k)),
+            rng.normal(size=(n_k, d_v)),
+        )
+        mask = A.causal_mask(n_q, n_k) if masked else None
+        args = (q.tolist(), k.tolist(), v.tolist(), None if mask is None else mask.tolist())
+        result = _call(attention_fn, name, *args)
+        _check_attention_result(result, q, k, v, mask, name, use_lists=True)
+    _passed(
+        "attention: scaled by 1/sqrt(d_k), softmax over the keys, mask applied as True = "
+        "may attend; output = weights @ V."
+    )
+
+
+def check_attention(attention_fn: Callable) -> None:
+    """Exercise (notebook 02): attention(q, k, v, mask=None) on NumPy arrays, batched."""
+    name = "scaled_dot_product_attention"
+    rng = np.random.default_rng(2)
+    cases = [
+        ((5,), 5, 5, 4, 4, False),
+        ((2,), 4, 6, 3, 2, True),
+        ((2, 3), 4, 4, 8, 5, True),
+    ]
+    for lead, n_q, n_k, d_k, d_v, masked in cases:
+        q = rng.normal(size=lead + (n_q, d_k))
+        k = rng.normal(size=lead + (n_k, d_k))
+        v = rng.normal(size=lead + (n_k, d_v))
+        mask = A.causal_mask(n_q, n_k) if masked else None
+        result = _call(
+            attention_fn,
+            name,
+            q,
+            k,
+            v,
+            mask,
+            hints=[
+                (
+                    ValueError,
+                    f"{name} raised a shape error for q {q.shape}, k "
+                    f"{k.shape}: transpose only the last two axes of k "
+                    "(np.swapaxes(k, -1, -2)).",
+                )
+            ],
+        )
+        _check_attention_result(result, q, k, v, mask, name, use_lists=False)
+    _passed(
+        "scaled_dot_product_attention: right for batched inputs, n_q != n_k, with and "
+        "without a causal mask."
+    )
+
+
+# --------------------------------------------------------------------------- heads
+
+
+def check_split_heads(split_heads_fn: Callable[[np.ndarray, int], np.ndarray]) -> None:
+    """Exercise (notebook 03): (batch, seq, d_model) -> (batch, heads, seq, d_k)."""
+    name = "split_heads"
+    batch, seq, d_model, h = 2, 3, 8, 4
+    d_k = d_model // h
+    x = np.arange(batch * seq * d_model, dtype=float).reshape(batch, seq, d_model)
+    got = _as_array(_call(split_heads_fn, name, x.copy(), h), name)
+    _expect_shape(got, (batch, h, seq, d_k), name, "(batch, heads, seq, d_k)")
+    if np.array_equal(got, A.split_heads(x, h)):
+        _passed("split_heads: head h gets features h*d_k:(h+1)*d_k of every token.")
+        return
+    if np.array_equal(got, x.reshape(batch, h, seq, d_k)):
+        raise CheckFailed(
+            f"{name}: reshaping straight to (batch, heads, seq, d_k) cuts the "
+            "sequence into pieces; split the features into (heads, d_k) first, then "
+            "move the heads axis in front of seq."
+        )
+    if np.array_equal(got, x.reshape(batch, seq, d_k, h).transpose(0, 3, 1, 2)):
+        raise CheckFailed(
+            f"{name}: each head must get a contiguous block of d_k features; yours "
+            "gets every n_heads-th feature."
+        )
+    raise CheckFailed(
+        f"{name}: wrong values: head h of token t should hold x[b, t, h*d_k:(h+1)*d_k]."
+    )
+
+
+def check_merge_heads(merge_heads_fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Exercise (notebook 03): (batch, heads, seq, d_k) -> (batch, seq, heads * d_k)."""
+    name = "merge_heads"
+    batch, h, seq, d_k = 2, 4, 3, 2
+    x = np.arange(batch * h * seq * d_k, dtype=float).reshape(batch, h, seq, d_k)
+    got = _as_array(_call(merge_heads_fn, name, x.copy()), name)
+    _expect_shape(got, (batch, seq, h * d_k), name, "(batch, seq, heads * d_k)")
+    if np.array_equal(got, A.merge_heads(x)):
+        _passed(
+            "merge_heads: token t's vector is head 0's output, then head 1's, ... (the concat)."
+        )
+        return
+    if np.array_equal(got, x.reshape(batch, seq, h * d_k)):
+        raise CheckFailed(
+            f"{name}: reshaping without moving the heads axis back behind seq mixes "
+            "tokens together; transpose to (batch, seq, heads, d_k) before reshaping."
+        )
+    if np.array_equal(got, x.transpose(0, 2, 3, 1).reshape(batch, seq, h * d_k)):
+        raise CheckFailed(
+            f"{name}: your concat interleaves the heads' features; each head's d_k "
+            "features must stay together, head 0 first."
+        )
+    raise CheckFailed(
+        f"{name}: wrong values: token t should be the heads' d_k-vectors for t, "
+        "joined in head order."
+    )
+
+
+def check_param_count(param_count_fn: Callable[[int, int, bool], int]) -> None:
+    """Exercise (notebook 03): parameters of one multi-head attention layer."""
+    name = "mha_param_count"
+    for d, h in ((512, 8), (64, 4), (12, 3)):
+        for bias in (False, True):
+            got = _call(param_count_fn, name, d, h, bias)
+            if not isinstance(got, int | np.integer):
+                raise CheckFailed(f"{name}: return a whole number, got {type(got).__name__}.")
+            expected = 4 * d * d + (4 * d if bias else 0)
+            if got == expected:
+                continue
+            b = 4 * d if bias else 0
+            mistakes = {
+                3 * d * d + (3 * d if bias else 0): "you left out the output projection W_O "
+                "(and its bias).",
+                4 * d * d: "you left out the biases: one vector of d_model per projection.",
+                4 * d * d + (d if bias else 0): "only one bias counted: each of W_Q, W_K, W_V, "
+                "W_O has its own.",
+                h * 4 * d * d + b: "you gave every head full d_model x d_model matrices; each head "
+                "projects to d_k = d_model / heads columns.",
+                4 * d * (d // h) + b: "you counted one head's W_Q/W_K/W_V only; all heads together "
+                "fill d_model columns, and W_O is d_model x d_model.",
+            }
+            if got in mistakes and got != expected:
+                raise CheckFailed(f"{name}(d_model={d}, n_heads={h}, bias={bias}): {mistakes[got]}")
+            raise CheckFailed(
+                f"{name}(d_model={d}, n_heads={h}, bias={bias}) returned {got}; count "
+                "W_Q, W_K, W_V, W_O (and their biases when bias=True)."
+            )
+    _passed("mha_param_count: right for three shapes, with and without biases.")

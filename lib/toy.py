@@ -1,0 +1,82 @@
+"""The toy example that runs through notebooks 01-03.
+
+A six-word vocabulary, one seven-token sentence, d_model = 8 and two heads, with every
+number drawn from ``random.Random(seed)`` in a fixed order. Notebook 01 builds it by hand
+on Python lists and checks it equals :func:`make_toy_model`; later notebooks import it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import lists as L
+from .attention import MHAParams
+
+VOCAB = ["<bos>", "the", "cat", "sat", "on", "mat"]
+SENTENCE = ["<bos>", "the", "cat", "sat", "on", "the", "mat"]
+D_MODEL = 8
+N_HEADS = 2
+MAX_LEN = 8
+SEED = 0
+
+
+@dataclass
+class ToyModel:
+    """Embeddings and attention weights, all as lists of lists (row-vector convention)."""
+
+    token_emb: L.Matrix  # (vocab, d_model)
+    pos_emb: L.Matrix  # (max_len, d_model)
+    W_q: L.Matrix  # (d_model, d_model); head h owns columns h*d_k:(h+1)*d_k
+    W_k: L.Matrix
+    W_v: L.Matrix
+    W_o: L.Matrix  # (d_model, d_model)
+    n_heads: int = N_HEADS
+
+    def params(self, dtype=np.float64) -> MHAParams:
+        """The same weights as NumPy arrays, for lib.attention."""
+        return MHAParams(
+            W_q=np.array(self.W_q, dtype=dtype),
+            W_k=np.array(self.W_k, dtype=dtype),
+            W_v=np.array(self.W_v, dtype=dtype),
+            W_o=np.array(self.W_o, dtype=dtype),
+            n_heads=self.n_heads,
+        )
+
+
+def make_toy_model(seed: int = SEED) -> ToyModel:
+    """Draw, in this order: token embeddings, position embeddings, W_q, W_k, W_v, W_o.
+
+    Embeddings are N(0, 1); weights are N(0, 1/d_model), which keeps x @ W at unit scale.
+    """
+    rng = random.Random(seed)
+    w_scale = 1.0 / math.sqrt(D_MODEL)
+    return ToyModel(
+        token_emb=L.random_matrix(len(VOCAB), D_MODEL, rng),
+        pos_emb=L.random_matrix(MAX_LEN, D_MODEL, rng),
+        W_q=L.random_matrix(D_MODEL, D_MODEL, rng, scale=w_scale),
+        W_k=L.random_matrix(D_MODEL, D_MODEL, rng, scale=w_scale),
+        W_v=L.random_matrix(D_MODEL, D_MODEL, rng, scale=w_scale),
+        W_o=L.random_matrix(D_MODEL, D_MODEL, rng, scale=w_scale),
+    )
+
+
+def token_ids(sentence: list[str] = SENTENCE) -> list[int]:
+    unknown = [w for w in sentence if w not in VOCAB]
+    if unknown:
+        raise ValueError(f"words not in the toy vocabulary {VOCAB}: {unknown}")
+    return [VOCAB.index(w) for w in sentence]
+
+
+def embed(model: ToyModel, sentence: list[str] = SENTENCE) -> L.Matrix:
+    """X[i] = token embedding of word i + position embedding of position i: (n, d_model)."""
+    ids = token_ids(sentence)
+    if len(ids) > len(model.pos_emb):
+        raise ValueError(f"sentence of {len(ids)} tokens is longer than MAX_LEN={MAX_LEN}")
+    return [
+        [t + p for t, p in zip(model.token_emb[tok], model.pos_emb[i], strict=True)]
+        for i, tok in enumerate(ids)
+    ]
