@@ -321,7 +321,8 @@ def multi_head_attention(
     q = split_heads(_project(x_q, params.W_q, params.b_q), h)  # (batch, heads, n_q, d_k)
     k = split_heads(_project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
     v = split_heads(_project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
-    heads, weights = scaled_dot_product_attention(q, k, v, _batched_mask(mask))
+    mask = _batched_mask(mask, x_q, x_kv, h)
+    heads, weights = scaled_dot_product_attention(q, k, v, mask)
     out = _project(merge_heads(heads), params.W_o, params.b_o)  # (batch, n_q, d_model)
     return (out[0], weights[0]) if unbatched else (out, weights)
 
@@ -340,10 +341,9 @@ def multi_head_attention_per_head(
     benchmark.
     """
     x_q, x_kv, unbatched = _prepare(x_q, x_kv, params)
-    mask = _batched_mask(mask)
-    if mask is not None:
-        scores_shape = (x_q.shape[0], params.n_heads, x_q.shape[1], x_kv.shape[1])
-        mask = np.broadcast_to(_check_mask(mask, scores_shape), scores_shape)
+    mask = _batched_mask(mask, x_q, x_kv, params.n_heads)
+    if mask is not None:  # one (batch, n_q, n_k) slice per head
+        mask = np.broadcast_to(mask, (x_q.shape[0], params.n_heads, x_q.shape[1], x_kv.shape[1]))
     d_k = params.d_k
     outputs, weights = [], []
     for h in range(params.n_heads):
@@ -365,16 +365,12 @@ def multi_head_attention_per_head(
     return (out[0], weights[0]) if unbatched else (out, weights)
 
 
-def _batched_mask(mask):
-    """Give a mask four axes (batch, heads, n_q, n_k) by adding leading singletons."""
+def _batched_mask(mask, x_q: np.ndarray, x_kv: np.ndarray, n_heads: int):
+    """Check a mask against the scores (batch, heads, n_q, n_k) and give it four axes."""
     if mask is None:
         return None
-    mask = np.asarray(mask)
-    if mask.ndim > 4:
-        raise ValueError(
-            f"mask has {mask.ndim} axes (shape {mask.shape}); at most 4 "
-            "(batch, heads, n_q, n_k) are allowed"
-        )
+    scores_shape = (x_q.shape[0], n_heads, x_q.shape[1], x_kv.shape[1])
+    mask = _check_mask(mask, scores_shape)
     return mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
 
 

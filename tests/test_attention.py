@@ -1,0 +1,278 @@
+"""Unit and bad-input tests for lib.attention (NumPy attention)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from lib import attention as A
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+# --------------------------------------------------------------------------- softmax
+
+
+def test_softmax_known_values():
+    w = A.softmax(np.array([[0.0, math.log(3.0)], [2.0, 2.0]]))
+    np.testing.assert_allclose(w, [[0.25, 0.75], [0.5, 0.5]])
+
+
+def test_softmax_other_axis(rng):
+    x = rng.normal(size=(3, 4))
+    np.testing.assert_allclose(A.softmax(x, axis=0), A.softmax(x.T).T)
+
+
+def test_softmax_stable_for_huge_scores():
+    w = A.softmax(np.array([1e4, 1e4 + 1.0, -1e4]))
+    assert np.isfinite(w).all()
+    np.testing.assert_allclose(w[:2], [1 / (1 + math.e), math.e / (1 + math.e)])
+
+
+def test_softmax_masked_and_fully_masked_rows():
+    x = np.array([[1.0, -np.inf, 1.0], [-np.inf, -np.inf, -np.inf]])
+    np.testing.assert_array_equal(A.softmax(x), [[0.5, 0.0, 0.5], [0.0, 0.0, 0.0]])
+
+
+def test_softmax_does_not_modify_its_input(rng):
+    x = rng.normal(size=(2, 3))
+    before = x.copy()
+    A.softmax(x)
+    np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_softmax_rejects_nan_and_plus_inf_naming_where(bad):
+    x = np.zeros((2, 3))
+    x[1, 2] = bad
+    with pytest.raises(ValueError, match=r"NaN or \+inf.*\(1, 2\)"):
+        A.softmax(x)
+
+
+def test_softmax_keeps_float32():
+    assert A.softmax(np.ones(3, dtype=np.float32)).dtype == np.float32
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def test_causal_mask_square_and_rectangular():
+    np.testing.assert_array_equal(A.causal_mask(3), np.tril(np.ones((3, 3), dtype=bool)))
+    # 2 new queries at the end of 4 keys: positions 2 and 3.
+    np.testing.assert_array_equal(
+        A.causal_mask(2, 4), [[True, True, True, False], [True, True, True, True]]
+    )
+    with pytest.raises(ValueError, match="n_q=0"):
+        A.causal_mask(0)
+
+
+def test_padding_mask_shape_and_values():
+    m = A.padding_mask([2, 0, 3], 3)
+    assert m.shape == (3, 1, 1, 3) and m.dtype == bool
+    np.testing.assert_array_equal(m[:, 0, 0], [[1, 1, 0], [0, 0, 0], [1, 1, 1]])
+
+
+@pytest.mark.parametrize(
+    "lengths, match",
+    [([4, 6], r"\[0, n_k=5\], got \[6\]"), ([-1], r"got \[-1\]"), ([1.5], "integers")],
+)
+def test_padding_mask_rejects_bad_lengths(lengths, match):
+    with pytest.raises(ValueError, match=match):
+        A.padding_mask(lengths, 5)
+
+
+def test_combined_mask_broadcasts():
+    m = A.causal_mask(4) & A.padding_mask([4, 2], 4)
+    assert m.shape == (2, 1, 4, 4)
+    assert not m[1, 0, 3, 2] and m[1, 0, 3, 1] and not m[0, 0, 1, 2]
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def test_sdpa_hand_computed():
+    q = np.array([[1.0, 0.0]])
+    k = np.array([[2.0, 0.0], [0.0, 2.0]])
+    v = np.array([[10.0], [20.0]])
+    out, w = A.scaled_dot_product_attention(q, k, v)
+    p = 1 / (1 + math.exp(-math.sqrt(2.0)))  # softmax([sqrt 2, 0])[0]
+    np.testing.assert_allclose(w, [[p, 1 - p]])
+    np.testing.assert_allclose(out, [[10 * p + 20 * (1 - p)]])
+
+
+def test_sdpa_fully_masked_row_gives_zero_weights_and_output(rng):
+    q, k, v = rng.normal(size=(3, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 2))
+    mask = np.ones((3, 5), dtype=bool)
+    mask[1] = False
+    out, w = A.scaled_dot_product_attention(q, k, v, mask)
+    assert np.isfinite(out).all() and np.isfinite(w).all()
+    np.testing.assert_array_equal(w[1], 0.0)
+    np.testing.assert_array_equal(out[1], 0.0)
+    np.testing.assert_allclose(w[[0, 2]].sum(-1), 1.0)
+
+
+def test_sdpa_float32_stays_float32(rng):
+    q = rng.normal(size=(2, 3, 4)).astype(np.float32)
+    out, w = A.scaled_dot_product_attention(q, q, q, A.causal_mask(3))
+    assert out.dtype == np.float32 and w.dtype == np.float32
+
+
+def test_sdpa_integer_inputs_are_promoted():
+    q = np.array([[1, 0], [0, 1]])
+    out, w = A.scaled_dot_product_attention(q, q, q)
+    assert out.dtype == np.float64
+
+
+def test_sdpa_bad_inputs_name_the_shapes(rng):
+    q, k = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 6))
+    with pytest.raises(ValueError, match=r"\(2, 3, 4\).*\(2, 5, 6\)"):
+        A.scaled_dot_product_attention(q, k, k)
+    k = rng.normal(size=(2, 5, 4))
+    with pytest.raises(ValueError, match=r"k is \(2, 5, 4\), v is \(2, 6, 4\)"):
+        A.scaled_dot_product_attention(q, k, rng.normal(size=(2, 6, 4)))
+    with pytest.raises(ValueError, match=r"at least 2 axes.*\(4,\)"):
+        A.scaled_dot_product_attention(np.ones(4), k, k)
+
+
+def test_sdpa_mask_that_cannot_broadcast(rng):
+    q = rng.normal(size=(2, 3, 4))
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) cannot broadcast.*\(2, 3, 3\)"):
+        A.scaled_dot_product_attention(q, q, q, A.causal_mask(4))
+    # A mask that would broadcast the scores to a *bigger* shape is also an error.
+    with pytest.raises(ValueError, match=r"\(5, 3, 3\) cannot broadcast"):
+        A.scaled_dot_product_attention(q[0], q[0], q[0], np.ones((5, 3, 3), dtype=bool))
+
+
+def test_sdpa_non_boolean_mask_is_rejected(rng):
+    q = rng.normal(size=(3, 4))
+    with pytest.raises(ValueError, match="mask must be boolean.*float64"):
+        A.scaled_dot_product_attention(q, q, q, np.tril(np.ones((3, 3))))
+
+
+def test_sdpa_rejects_nan_input(rng):
+    q = rng.normal(size=(3, 4))
+    k = q.copy()
+    k[2, 1] = np.nan
+    with pytest.raises(ValueError, match=r"k contains NaN or inf \(first at index \(2, 1\)"):
+        A.scaled_dot_product_attention(q, k, q)
+
+
+# --------------------------------------------------------------------------- heads
+
+
+def test_split_heads_layout():
+    x = np.arange(2 * 3 * 6).reshape(2, 3, 6)
+    s = A.split_heads(x, 3)  # (2, 3 heads, 3 seq, 2)
+    assert s.shape == (2, 3, 3, 2)
+    np.testing.assert_array_equal(s[1, 2, 0], x[1, 0, 4:6])
+    np.testing.assert_array_equal(A.merge_heads(s), x)
+
+
+def test_split_heads_errors():
+    with pytest.raises(
+        ValueError, match=r"d_model=6 is not divisible by n_heads=4.*\[1, 2, 3, 6\]"
+    ):
+        A.split_heads(np.zeros((1, 2, 6)), 4)
+    with pytest.raises(ValueError, match=r"\(batch, seq, d_model\), got shape \(2, 6\)"):
+        A.split_heads(np.zeros((2, 6)), 2)
+    with pytest.raises(ValueError, match=r"got shape \(2, 6\)"):
+        A.merge_heads(np.zeros((2, 6)))
+
+
+def test_valid_head_counts():
+    assert A.valid_head_counts(12) == [1, 2, 3, 4, 6, 12]
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+@pytest.mark.parametrize("d, h", [(8, 1), (8, 2), (512, 8)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_count_params(d, h, bias):
+    p = A.init_mha_params(d, h, np.random.default_rng(0), bias=bias)
+    assert A.count_params(p) == 4 * d * d + (4 * d if bias else 0)
+
+
+def test_init_is_seeded_and_typed():
+    a = A.init_mha_params(8, 2, np.random.default_rng(3), dtype=np.float32)
+    b = A.init_mha_params(8, 2, np.random.default_rng(3), dtype=np.float32)
+    np.testing.assert_array_equal(a.W_o, b.W_o)
+    assert a.W_q.dtype == np.float32 and a.b_q is None
+
+
+def test_init_rejects_indivisible_heads():
+    with pytest.raises(
+        ValueError, match=r"d_model=10 is not divisible by n_heads=4.*\[1, 2, 5, 10\]"
+    ):
+        A.init_mha_params(10, 4, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="positive integer"):
+        A.init_mha_params(8, 0, np.random.default_rng(0))
+
+
+def test_params_reject_wrong_shapes():
+    W = np.zeros((4, 4))
+    with pytest.raises(ValueError, match=r"W_o must be square.*got \(4, 3\)"):
+        A.MHAParams(W, W, W, np.zeros((4, 3)), n_heads=2)
+    with pytest.raises(ValueError, match=r"b_k must have shape \(4,\), got \(3,\)"):
+        A.MHAParams(W, W, W, W, n_heads=2, b_q=np.zeros(4), b_k=np.zeros(3))
+
+
+# --------------------------------------------------------------------------- multi-head
+
+
+def test_mha_shapes_cross_attention(rng):
+    p = A.init_mha_params(12, 3, rng, bias=True)
+    out, w = A.multi_head_attention(rng.normal(size=(2, 4, 12)), rng.normal(size=(2, 7, 12)), p)
+    assert out.shape == (2, 4, 12) and w.shape == (2, 3, 4, 7)
+    np.testing.assert_allclose(w.sum(-1), 1.0)
+
+
+def test_mha_unbatched_equals_batch_of_one(rng):
+    p = A.init_mha_params(8, 2, rng)
+    x = rng.normal(size=(5, 8))
+    out, w = A.multi_head_attention(x, x, p, A.causal_mask(5))
+    out_b, w_b = A.multi_head_attention(x[None], x[None], p, A.causal_mask(5))
+    np.testing.assert_array_equal(out, out_b[0])
+    assert w.shape == (2, 5, 5)
+
+
+def test_mha_single_head_is_plain_attention(rng):
+    p = A.init_mha_params(6, 1, rng)
+    x = rng.normal(size=(1, 4, 6))
+    out, _ = A.multi_head_attention(x, x, p)
+    heads, _ = A.scaled_dot_product_attention(x @ p.W_q, x @ p.W_k, x @ p.W_v)
+    np.testing.assert_allclose(out, heads @ p.W_o)
+
+
+def test_mha_fully_masked_query_outputs_the_output_bias(rng):
+    p = A.init_mha_params(8, 2, rng, bias=True)
+    x = rng.normal(size=(1, 3, 8))
+    mask = np.ones((3, 3), dtype=bool)
+    mask[0] = False
+    for fn in (A.multi_head_attention, A.multi_head_attention_per_head):
+        out, w = fn(x, x, p, mask)
+        np.testing.assert_allclose(out[0, 0], p.b_o)
+        np.testing.assert_array_equal(w[0, :, 0], 0.0)
+
+
+def test_mha_bad_inputs(rng):
+    p = A.init_mha_params(8, 2, rng)
+    x = rng.normal(size=(2, 3, 8))
+    with pytest.raises(ValueError, match=r"x_kv has d_model=6 \(shape \(2, 5, 6\)\).*d_model=8"):
+        A.multi_head_attention(x, rng.normal(size=(2, 5, 6)), p)
+    with pytest.raises(ValueError, match=r"different batch sizes: \(2, 3, 8\) and \(3, 3, 8\)"):
+        A.multi_head_attention(x, rng.normal(size=(3, 3, 8)), p)
+    with pytest.raises(ValueError, match=r"x_q \(2, 3, 8\) and x_kv \(3, 8\)"):
+        A.multi_head_attention(x, x[0], p)
+    for fn in (A.multi_head_attention, A.multi_head_attention_per_head):
+        with pytest.raises(ValueError, match=r"mask of shape \(2, 3, 4\) cannot broadcast"):
+            fn(x, x, p, np.ones((2, 3, 4), dtype=bool))
+    with pytest.raises(ValueError, match=r"\(1, 1, 1, 3, 3\) cannot broadcast"):
+        A.multi_head_attention(x, x, p, np.ones((1, 1, 1, 3, 3), dtype=bool))
+    x_bad = x.copy()
+    x_bad[1, 2, 3] = np.inf
+    with pytest.raises(ValueError, match=r"x_q contains NaN or inf \(first at index \(1, 2, 3\)"):
+        A.multi_head_attention(x_bad, x, p)

@@ -1,0 +1,108 @@
+"""Unit tests for lib.lists (attention on Python lists)."""
+
+import math
+import random
+
+import pytest
+
+from lib import lists as L
+
+
+def test_matmul_known_values():
+    A = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]  # (3, 2)
+    B = [[1.0, 0.0, -1.0], [2.0, 1.0, 0.5]]  # (2, 3)
+    assert L.matmul(A, B) == [[5.0, 2.0, 0.0], [11.0, 4.0, -1.0], [17.0, 6.0, -2.0]]
+
+
+def test_transpose_and_shape():
+    A = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    assert L.transpose(A) == [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+    assert L.shape(L.transpose(A)) == (3, 2)
+
+
+def test_matmul_rejects_mismatched_inner_dimensions_naming_shapes():
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(2, 2\)"):
+        L.matmul([[1.0] * 3] * 2, [[1.0] * 2] * 2)
+
+
+def test_ragged_matrix_is_rejected():
+    with pytest.raises(ValueError, match="ragged"):
+        L.shape([[1.0, 2.0], [3.0]])
+
+
+def test_softmax_known_values_and_sum():
+    w = L.softmax([0.0, math.log(3.0)])
+    assert w == pytest.approx([0.25, 0.75])
+
+
+def test_softmax_is_stable_for_large_scores():
+    assert L.softmax([1000.0, 1000.0]) == pytest.approx([0.5, 0.5])
+
+
+def test_softmax_gives_masked_entries_zero_and_all_masked_row_zeros():
+    w = L.softmax([1.0, float("-inf"), 1.0])
+    assert w == [0.5, 0.0, 0.5]
+    assert L.softmax([float("-inf")] * 3) == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("bad", [[float("nan"), 1.0], [float("inf"), 0.0], []])
+def test_softmax_rejects_nan_inf_and_empty(bad):
+    with pytest.raises(ValueError):
+        L.softmax(bad)
+
+
+def test_causal_mask():
+    assert L.causal_mask(3) == [[True, False, False], [True, True, False], [True, True, True]]
+
+
+def test_attention_with_zero_query_averages_values():
+    # q = 0 gives equal scores, so the output is the plain mean of the values.
+    Q = [[0.0, 0.0]]
+    K = [[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]]
+    V = [[3.0], [6.0], [9.0]]
+    out, w = L.attention(Q, K, V)
+    assert w[0] == pytest.approx([1 / 3] * 3)
+    assert out[0][0] == pytest.approx(6.0)
+
+
+def test_attention_hand_computed_scores():
+    Q = [[1.0, 0.0]]
+    K = [[2.0, 0.0], [0.0, 2.0]]
+    V = [[1.0], [0.0]]
+    _, w = L.attention(Q, K, V)
+    s = 2.0 / math.sqrt(2.0)  # scaled score of key 0; key 1 scores 0
+    assert w[0][0] == pytest.approx(math.exp(s) / (math.exp(s) + 1.0))
+
+
+def test_attention_rejects_mismatched_shapes():
+    rng = random.Random(0)
+    Q, K, V = L.random_matrix(2, 3, rng), L.random_matrix(4, 2, rng), L.random_matrix(4, 1, rng)
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(4, 2\)"):
+        L.attention(Q, K, V)
+    with pytest.raises(ValueError, match="V has 3"):
+        L.attention(Q, L.random_matrix(4, 3, rng), L.random_matrix(3, 1, rng))
+    with pytest.raises(ValueError, match=r"mask must be \(2, 4\)"):
+        L.attention(Q, L.random_matrix(4, 3, rng), V, mask=L.causal_mask(2))
+
+
+def test_split_and_concat_columns_round_trip():
+    A = [[float(i * 6 + j) for j in range(6)] for i in range(2)]
+    parts = L.split_columns(A, 3)
+    assert parts[1] == [[2.0, 3.0], [8.0, 9.0]]
+    assert L.concat_columns(parts) == A
+    with pytest.raises(ValueError, match="6 columns into 4"):
+        L.split_columns(A, 4)
+
+
+def test_multi_head_rejects_indivisible_heads():
+    rng = random.Random(0)
+    X = L.random_matrix(2, 6, rng)
+    W = L.random_matrix(6, 6, rng)
+    with pytest.raises(ValueError, match="d_model=6 is not divisible by n_heads=4"):
+        L.multi_head_attention(X, X, W, W, W, W, 4)
+
+
+def test_random_matrix_is_reproducible():
+    a = L.random_matrix(2, 3, random.Random(7))
+    b = L.random_matrix(2, 3, random.Random(7))
+    assert a == b and L.shape(a) == (2, 3)

@@ -1,0 +1,154 @@
+"""Property tests: the list version, the NumPy version and the batched multi-head version
+agree on random shapes, and attention has the invariances it must have."""
+
+import numpy as np
+import scipy.special
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lib import attention as A
+from lib import lists as L
+
+dims = st.integers(min_value=1, max_value=6)
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+@st.composite
+def mha_cases(draw):
+    """(batch, n_heads, d_k, n_q, n_k, bias, seed): batch 1, one head, d_k = 1 included."""
+    return (
+        draw(st.integers(1, 3)),
+        draw(st.sampled_from([1, 2, 3, 4])),
+        draw(st.integers(1, 4)),
+        draw(dims),
+        draw(dims),
+        draw(st.booleans()),
+        draw(seeds),
+    )
+
+
+def _inputs(case):
+    batch, h, d_k, n_q, n_k, bias, seed = case
+    rng = np.random.default_rng(seed)
+    params = A.init_mha_params(h * d_k, h, rng, bias=bias)
+    x_q = rng.normal(size=(batch, n_q, h * d_k))
+    x_kv = rng.normal(size=(batch, n_k, h * d_k))
+    return rng, params, x_q, x_kv
+
+
+@given(st.integers(1, 5), st.integers(1, 7), seeds)
+def test_softmax_matches_scipy(rows, cols, seed):
+    x = np.random.default_rng(seed).normal(scale=30.0, size=(rows, cols))
+    np.testing.assert_allclose(A.softmax(x), scipy.special.softmax(x, axis=-1), rtol=1e-12)
+    np.testing.assert_allclose(A.softmax(x + 123.0), A.softmax(x), rtol=1e-12, atol=1e-15)
+
+
+@given(st.lists(st.floats(-50, 50), min_size=1, max_size=8), st.data())
+def test_list_softmax_matches_numpy_with_masked_entries(row, data):
+    masked = data.draw(st.lists(st.booleans(), min_size=len(row), max_size=len(row)))
+    row = [float("-inf") if m else x for x, m in zip(row, masked, strict=True)]
+    np.testing.assert_allclose(L.softmax(row), A.softmax(np.array(row)), rtol=1e-12, atol=1e-300)
+
+
+@given(dims, dims, dims, dims, st.booleans(), seeds)
+def test_list_attention_equals_numpy_attention(n_q, n_k, d_k, d_v, causal, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v = rng.normal(size=(n_q, d_k)), rng.normal(size=(n_k, d_k)), rng.normal(size=(n_k, d_v))
+    mask = A.causal_mask(n_q, n_k) if causal else None
+    out_l, w_l = L.attention(
+        q.tolist(), k.tolist(), v.tolist(), None if mask is None else mask.tolist()
+    )
+    out_n, w_n = A.scaled_dot_product_attention(q, k, v, mask)
+    np.testing.assert_allclose(out_l, out_n, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(w_l, w_n, rtol=1e-10, atol=1e-12)
+
+
+@given(mha_cases(), st.booleans())
+def test_three_multi_head_versions_agree(case, causal):
+    """Lists (one head at a time), NumPy per-head loop and NumPy reshape agree."""
+    _, params, x_q, x_kv = _inputs(case)
+    n_q, n_k = x_q.shape[1], x_kv.shape[1]
+    mask = A.causal_mask(n_q, n_k) if causal else None
+    out, w = A.multi_head_attention(x_q, x_kv, params, mask)
+    out_loop, w_loop = A.multi_head_attention_per_head(x_q, x_kv, params, mask)
+    np.testing.assert_allclose(out, out_loop, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(w, w_loop, rtol=1e-10, atol=1e-12)
+    if params.has_bias:
+        return  # the list version has no biases
+    for b in range(x_q.shape[0]):
+        out_l, w_l = L.multi_head_attention(
+            x_q[b].tolist(),
+            x_kv[b].tolist(),
+            params.W_q.tolist(),
+            params.W_k.tolist(),
+            params.W_v.tolist(),
+            params.W_o.tolist(),
+            params.n_heads,
+            None if mask is None else mask.tolist(),
+        )
+        np.testing.assert_allclose(out_l, out[b], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(w_l, w[b], rtol=1e-10, atol=1e-12)
+
+
+@given(mha_cases())
+def test_batch_elements_are_independent(case):
+    _, params, x_q, x_kv = _inputs(case)
+    out, w = A.multi_head_attention(x_q, x_kv, params)
+    for b in range(x_q.shape[0]):
+        out_b, w_b = A.multi_head_attention(x_q[b : b + 1], x_kv[b : b + 1], params)
+        np.testing.assert_allclose(out_b[0], out[b], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(w_b[0], w[b], rtol=1e-12, atol=1e-14)
+
+
+@given(mha_cases(), st.data())
+def test_causality_future_tokens_never_change_earlier_outputs(case, data):
+    rng, params, x, _ = _inputs(case)
+    n = x.shape[1]
+    t = data.draw(st.integers(0, n - 1), label="last position kept")
+    changed = x.copy()
+    changed[:, t + 1 :] = rng.normal(scale=10.0, size=changed[:, t + 1 :].shape)
+    out, w = A.multi_head_attention(x, x, params, A.causal_mask(n))
+    out2, w2 = A.multi_head_attention(changed, changed, params, A.causal_mask(n))
+    np.testing.assert_allclose(out2[:, : t + 1], out[:, : t + 1], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(w[..., :, t + 1 :][..., : t + 1, :], 0.0)
+    np.testing.assert_allclose(w2[..., : t + 1, :], w[..., : t + 1, :], rtol=0, atol=1e-12)
+
+
+@given(mha_cases(), st.data())
+def test_padded_keys_never_change_any_output(case, data):
+    rng, params, x_q, x_kv = _inputs(case)
+    batch, n_k = x_kv.shape[0], x_kv.shape[1]
+    lengths = data.draw(st.lists(st.integers(1, n_k), min_size=batch, max_size=batch))
+    mask = A.padding_mask(lengths, n_k)
+    changed = x_kv.copy()
+    for b, length in enumerate(lengths):
+        changed[b, length:] = rng.normal(scale=10.0, size=changed[b, length:].shape)
+    out, w = A.multi_head_attention(x_q, x_kv, params, mask)
+    out2, _ = A.multi_head_attention(x_q, changed, params, mask)
+    np.testing.assert_allclose(out2, out, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-12)
+
+
+@given(mha_cases(), st.data())
+def test_permuting_keys_permutes_weights_and_keeps_outputs(case, data):
+    _, params, x_q, x_kv = _inputs(case)
+    perm = np.array(data.draw(st.permutations(range(x_kv.shape[1]))))
+    out, w = A.multi_head_attention(x_q, x_kv, params)
+    out_p, w_p = A.multi_head_attention(x_q, x_kv[:, perm], params)
+    np.testing.assert_allclose(out_p, out, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(w_p, w[..., perm], rtol=1e-10, atol=1e-12)
+
+
+@given(mha_cases())
+def test_float32_agrees_with_float64(case):
+    _, params, x_q, x_kv = _inputs(case)
+    p32 = A.MHAParams(
+        **{
+            name: (value.astype(np.float32) if isinstance(value, np.ndarray) else value)
+            for name, value in vars(params).items()
+        }
+    )
+    out64, _ = A.multi_head_attention(x_q, x_kv, params)
+    out32, w32 = A.multi_head_attention(x_q.astype(np.float32), x_kv.astype(np.float32), p32)
+    assert out32.dtype == np.float32 and w32.dtype == np.float32
+    np.testing.assert_allclose(out32, out64, rtol=1e-4, atol=1e-5)
