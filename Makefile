@@ -18,8 +18,11 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 
 install: $(STAMP)
 
+# Jupyter refuses to start as root unless told to (containers, some cloud machines).
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: install
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks/
 
 lint: install
 	$(BIN)/ruff check lib tests bench notebooks
