@@ -250,3 +250,61 @@ def test_merge_heads_mistakes():
 )
 def test_param_count_mistakes(wrong, fragment):
     rejects(checks.check_param_count, wrong, fragment)
+
+
+# --------------------------------------------------------------------------- looking at heads
+
+
+def test_head_checks_accept_references_and_reject_stubs(capsys):
+    from lib import heads as H
+
+    checks.check_entropy(H.row_entropy)
+    checks.check_previous_token_score(lambda w: H.offset_score(w, -1))
+    checks.check_head_similarity(H.head_similarity)
+    assert capsys.readouterr().out.count("✓") == 3
+    for check in (
+        checks.check_entropy,
+        checks.check_previous_token_score,
+        checks.check_head_similarity,
+    ):
+        rejects(check, stub, "not implemented yet")
+
+
+def test_entropy_mistakes():
+    with np.errstate(all="ignore"):
+        rejects(checks.check_entropy, lambda w: -(w * np.log(w)).sum(-1), "0 * log(0)")
+    rejects(checks.check_entropy, lambda w: (w * np.log(np.where(w > 0, w, 1))).sum(-1), "negative")
+    rejects(checks.check_entropy, lambda w: -(w * np.log2(np.where(w > 0, w, 1))).sum(-1), "base 2")
+    rejects(checks.check_entropy, lambda w: -(w * np.log(np.where(w > 0, w, 1))).sum(), "shape")
+
+
+def test_previous_token_score_mistakes():
+    def diagonal(w):
+        n = w.shape[-1]
+        return np.mean([w[:, :, i, i] for i in range(n)], axis=(0, 1))
+
+    def wraps(w):
+        n = w.shape[-1]
+        return np.mean([w[:, :, i, i - 1] for i in range(n)], axis=(0, 1))
+
+    def next_token(w):
+        n = w.shape[-1]
+        return np.mean([w[:, :, i, i + 1] for i in range(n - 1)], axis=(0, 1))
+
+    rejects(checks.check_previous_token_score, diagonal, "diagonal")
+    rejects(checks.check_previous_token_score, wraps, "wrapped around")
+    rejects(checks.check_previous_token_score, next_token, "next token")
+
+
+def test_head_similarity_mistakes():
+    def raw_dots(w):
+        flat = np.moveaxis(w, 1, 0).reshape(w.shape[1], -1)
+        return flat @ flat.T
+
+    def per_batch_item(w):
+        flat = w.reshape(w.shape[0], -1)
+        flat = flat / np.linalg.norm(flat, axis=1, keepdims=True)
+        return flat @ flat.T
+
+    rejects(checks.check_head_similarity, raw_dots, "norms")
+    rejects(checks.check_head_similarity, per_batch_item, "(heads, heads)", "(4, 4)")

@@ -1,0 +1,127 @@
+"""Figures of attention heads (matplotlib + seaborn): small, static, labelled."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+
+
+def plot_attention(
+    weights,
+    query_labels: Sequence[str],
+    key_labels: Sequence[str] | None = None,
+    ax=None,
+    title: str | None = None,
+    annotate: bool = False,
+    cbar: bool = True,
+):
+    """Heatmap of one head's weights (n_q, n_k): rows are queries, columns keys."""
+    weights = np.asarray(weights)
+    key_labels = query_labels if key_labels is None else key_labels
+    if weights.shape != (len(query_labels), len(key_labels)):
+        raise ValueError(
+            f"weights of shape {weights.shape} do not match {len(query_labels)} query labels "
+            f"and {len(key_labels)} key labels"
+        )
+    if ax is None:
+        _, ax = plt.subplots(figsize=(3.6, 3.2))
+    sns.heatmap(
+        weights,
+        ax=ax,
+        vmin=0.0,
+        vmax=1.0,
+        cmap="Blues",
+        square=True,
+        cbar=cbar,
+        annot=annotate,
+        fmt=".2f",
+        annot_kws={"fontsize": 6},
+        xticklabels=list(key_labels),
+        yticklabels=list(query_labels),
+    )
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query")
+    ax.tick_params(axis="x", labelrotation=90, labelsize=7)
+    ax.tick_params(axis="y", labelrotation=0, labelsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
+def plot_heads(
+    weights,
+    labels: Sequence[str],
+    ncols: int = 4,
+    title: str | None = None,
+    head_titles: Sequence[str] | None = None,
+    size: float = 2.4,
+):
+    """A grid with one heatmap per head: weights (heads, n_q, n_k). Returns the figure."""
+    weights = np.asarray(weights)
+    if weights.ndim != 3:
+        raise ValueError(f"expected weights (heads, n_q, n_k), got shape {weights.shape}")
+    n_heads = weights.shape[0]
+    ncols = min(ncols, n_heads)
+    nrows = math.ceil(n_heads / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows), squeeze=False)
+    for h, ax in enumerate(axes.flat):
+        if h >= n_heads:
+            ax.set_visible(False)
+            continue
+        plot_attention(
+            weights[h],
+            labels,
+            ax=ax,
+            cbar=False,
+            title=head_titles[h] if head_titles else f"head {h}",
+        )
+        if h % ncols:
+            ax.set_ylabel("")
+        if h < n_heads - ncols:
+            ax.set_xlabel("")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_head_entropy(entropy, max_entropy: float | None = None, ax=None, title=None):
+    """Bar chart of each head's mean attention entropy (nats); optional uniform line."""
+    entropy = np.asarray(entropy)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 2.6))
+    ax.bar(np.arange(len(entropy)), entropy, color="tab:blue")
+    if max_entropy is not None:
+        ax.axhline(max_entropy, color="grey", linestyle="--", label="uniform attention")
+        ax.legend(fontsize=7, loc="lower right")
+    ax.set_xticks(np.arange(len(entropy)))
+    ax.set_xlabel("head")
+    ax.set_ylabel("mean entropy (nats)")
+    ax.set_title(title or "Attention entropy per head", fontsize=9)
+    return ax
+
+
+def plot_head_similarity(similarity, ax=None, title=None):
+    """Heatmap of the (heads, heads) cosine similarity between heads' patterns."""
+    similarity = np.asarray(similarity)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(3.4, 3))
+    sns.heatmap(
+        similarity,
+        ax=ax,
+        vmin=0.0,
+        vmax=1.0,
+        cmap="rocket_r",
+        square=True,
+        annot=similarity.shape[0] <= 8,
+        fmt=".2f",
+        annot_kws={"fontsize": 6},
+    )
+    ax.set_xlabel("head")
+    ax.set_ylabel("head")
+    ax.set_title(title or "Head-to-head similarity (cosine)", fontsize=9)
+    return ax
