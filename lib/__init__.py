@@ -3,6 +3,8 @@
 - ``lib.lists``: attention on plain Python lists (notebook 01).
 - ``lib.attention``: NumPy softmax, masks, scaled dot-product and multi-head attention
   (notebooks 02 and 03).
+- ``lib.heads``: entropy, offset scores and similarity of heads (notebook 04).
+- ``lib.plots``: heatmaps of heads, entropy bars, similarity matrices (notebook 04).
 - ``lib.checks``: the checks that follow each exercise.
 
 The most used names are re-exported here, so ``from lib import multi_head_attention`` works.
