@@ -111,8 +111,8 @@ def attention(Q: Matrix, K: Matrix, V: Matrix, mask: Mask | None = None) -> tupl
         raise ValueError(f"attention: K has {n_k} rows but V has {n_v}; they must match")
     scores = scale(matmul(Q, transpose(K)), 1.0 / math.sqrt(d_k))  # (n_q, n_k)
     if mask is not None:
-        if (len(mask), len(mask[0]) if mask else 0) != (n_q, n_k):
-            raise ValueError(f"attention: mask must be ({n_q}, {n_k}), got {_list_shape(mask)}")
+        if shape(mask) != (n_q, n_k):
+            raise ValueError(f"attention: mask must be ({n_q}, {n_k}), got {shape(mask)}")
         scores = [
             [s if allowed else NEG_INF for s, allowed in zip(srow, mrow, strict=True)]
             for srow, mrow in zip(scores, mask, strict=True)
@@ -167,9 +167,3 @@ def multi_head_attention(
         outputs.append(out_h)
         weights.append(w_h)
     return matmul(concat_columns(outputs), W_o), weights
-
-
-def _list_shape(A) -> tuple[int, ...]:
-    if isinstance(A, list) and A and isinstance(A[0], list):
-        return (len(A), len(A[0]))
-    return (len(A),) if isinstance(A, list) else ()

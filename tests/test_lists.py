@@ -83,6 +83,8 @@ def test_attention_rejects_mismatched_shapes():
         L.attention(Q, L.random_matrix(4, 3, rng), L.random_matrix(3, 1, rng))
     with pytest.raises(ValueError, match=r"mask must be \(2, 4\)"):
         L.attention(Q, L.random_matrix(4, 3, rng), V, mask=L.causal_mask(2))
+    with pytest.raises(ValueError, match="ragged"):
+        L.attention(Q, L.random_matrix(4, 3, rng), V, mask=[[True] * 4, [True] * 3])
 
 
 def test_split_and_concat_columns_round_trip():
