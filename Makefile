@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: install lab test lint bench clean
+.PHONY: install lab test lint bench student clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -25,14 +25,19 @@ lab: install
 	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks/
 
 lint: install
-	$(BIN)/ruff check lib tests bench notebooks
-	$(BIN)/ruff format --check lib tests bench notebooks
+	$(BIN)/ruff check lib tests bench tools notebooks
+	$(BIN)/ruff format --check lib tests bench tools notebooks
 
 test: lint
 	$(BIN)/python -m pytest --nbval --nbval-current-env tests notebooks
 
 bench: install
 	$(BIN)/python bench/bench.py
+
+# The student release (solutions replaced by stubs, outputs cleared) in build/student/;
+# see docs/instructor_guide.md.
+student: install
+	$(BIN)/python tools/make_student.py --out build/student
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis .ruff_cache *.egg-info

@@ -1,0 +1,294 @@
+"""Write the student release of the course's notebooks (`make student`).
+
+    python tools/make_student.py [--src notebooks] [--out build/student] [--nbgrader DIR]
+
+For every notebook in ``--src`` it writes a student version to ``--out``:
+
+- in code cells, every region between a line ``### BEGIN SOLUTION`` and a line
+  ``### END SOLUTION`` (markers included) becomes nbgrader's stub, indented like the
+  ``BEGIN`` marker::
+
+      # YOUR CODE HERE
+      raise NotImplementedError()
+
+  (in a markdown cell the region becomes ``YOUR ANSWER HERE``, as in nbgrader);
+- every region between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS`` is removed,
+  markers included;
+- all outputs, execution counts and execution timestamps are cleared.
+
+Everything else is copied unchanged. A marker is a line whose only content (leading and
+trailing spaces aside) is the marker text, exactly as nbgrader reads it. A line that merely
+looks like a marker (``## BEGIN SOLUTION``, ``### Begin Solution``, text after the marker),
+a missing ``END``, an ``END`` without ``BEGIN``, a nested ``BEGIN`` and a cell that is both an
+exercise and a check are errors naming the notebook and the cell, because each of them
+would either leak a solution or hand out a broken notebook.
+
+``--nbgrader DIR`` also writes copies of the *source* notebooks with the cell metadata that
+nbgrader's ``generate_assignment`` needs (exercise cells: autograded answers; check cells:
+autograder tests worth one point each). The course's own notebooks carry no nbgrader
+metadata; cells that already have some keep it.
+
+Only the standard library and nbformat are used, so the script runs in the course's
+environment. The conventions are written down in docs/instructor_guide.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+BEGIN_SOLUTION = "### BEGIN SOLUTION"
+END_SOLUTION = "### END SOLUTION"
+BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
+END_HIDDEN = "### END HIDDEN TESTS"
+CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
+TEXT_STUB = ("YOUR ANSWER HERE",)
+
+# A check cell calls a check from lib.checks: `checks.check_softmax(softmax)`.
+CHECK_CALL = re.compile(r"\bchecks\.(check_\w+)\s*\(\s*(\w+)?")
+# Anything that looks like an attempt at a marker, to catch typos that would leak code.
+NEAR_MARKER = re.compile(r"(BEGIN|END)\s+(SOLUTION|HIDDEN\s+TESTS?)", re.IGNORECASE)
+DEF_NAME = re.compile(r"^\s*def\s+(\w+)\s*\(", re.MULTILINE)
+
+_MARKERS = {
+    BEGIN_SOLUTION: ("solution", "begin"),
+    END_SOLUTION: ("solution", "end"),
+    BEGIN_HIDDEN: ("hidden", "begin"),
+    END_HIDDEN: ("hidden", "end"),
+}
+
+
+class MarkerError(ValueError):
+    """The markers of a notebook are malformed; the message names notebook, cell and line."""
+
+
+@dataclass
+class Region:
+    """One solution or hidden-test region of a cell (markers not included)."""
+
+    kind: str  # "solution" or "hidden"
+    lines: list[str]
+    indent: str
+
+
+@dataclass
+class CellInfo:
+    index: int
+    cell_type: str
+    regions: list[Region] = field(default_factory=list)
+    is_check: bool = False
+
+    @property
+    def is_exercise(self) -> bool:
+        return any(r.kind == "solution" for r in self.regions)
+
+
+def _where(notebook: str, index: int, cell, line_no: int | None = None) -> str:
+    cell_id = cell.get("id")
+    text = f"{notebook}, cell {index}" + (f" (id {cell_id})" if cell_id else "")
+    if line_no is not None:
+        text += f", line {line_no}"
+    return text
+
+
+def split_regions(source: str, cell_type: str, where: str) -> tuple[str, list[Region]]:
+    """Return the student version of one cell's source, and the regions it removed.
+
+    ``where`` names the notebook and cell in error messages.
+    """
+    stub = CODE_STUB if cell_type == "code" else TEXT_STUB
+    out: list[str] = []
+    regions: list[Region] = []
+    current: Region | None = None
+    for line_no, line in enumerate(source.split("\n"), start=1):
+        marker = _MARKERS.get(line.strip())
+        if marker is None:
+            if cell_type == "code" and NEAR_MARKER.search(line):
+                raise MarkerError(
+                    f"{where}, line {line_no}: {line.strip()!r} looks like a marker but is not "
+                    f"exactly one of {list(_MARKERS)} on a line of its own."
+                )
+            if current is None:
+                out.append(line)
+            else:
+                current.lines.append(line)
+            continue
+        kind, edge = marker
+        if edge == "begin":
+            if current is not None:
+                raise MarkerError(
+                    f"{where}, line {line_no}: {line.strip()!r} inside a {current.kind} region "
+                    "that is not closed yet (regions cannot nest)."
+                )
+            indent = line[: len(line) - len(line.lstrip())]
+            current = Region(kind, [], indent)
+            if kind == "solution":
+                out.extend(indent + s for s in stub)
+        else:
+            if current is None or current.kind != kind:
+                raise MarkerError(
+                    f"{where}, line {line_no}: {line.strip()!r} without a matching BEGIN before it."
+                )
+            regions.append(current)
+            current = None
+    if current is not None:
+        begin = BEGIN_SOLUTION if current.kind == "solution" else BEGIN_HIDDEN
+        end = END_SOLUTION if current.kind == "solution" else END_HIDDEN
+        raise MarkerError(f"{where}: {begin!r} has no {end!r} after it.")
+    return "\n".join(out), regions
+
+
+def student_notebook(nb, name: str):
+    """The student version of a notebook (a new object) and what was found in each cell."""
+    nb = copy.deepcopy(nb)
+    infos: list[CellInfo] = []
+    for index, cell in enumerate(nb.cells):
+        info = CellInfo(index, cell.cell_type)
+        if cell.cell_type in ("code", "markdown"):
+            source, info.regions = split_regions(
+                cell.source, cell.cell_type, _where(name, index, cell)
+            )
+            cell.source = source
+        if cell.cell_type == "code":
+            info.is_check = CHECK_CALL.search(cell.source) is not None
+            if info.is_check and info.is_exercise:
+                raise MarkerError(
+                    f"{_where(name, index, cell)}: a solution region and a call to a check in "
+                    "one cell; put the check in its own cell after the exercise."
+                )
+            cell.outputs = []
+            cell.execution_count = None
+            cell.metadata.pop("execution", None)
+        infos.append(info)
+    return nb, infos
+
+
+def _unique(grade_id: str, taken: set[str]) -> str:
+    candidate, n = grade_id, 2
+    while candidate in taken:
+        candidate, n = f"{grade_id}_{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def nbgrader_notebook(nb, name: str):
+    """A copy of the *source* notebook with nbgrader metadata on exercise and check cells.
+
+    Exercise cells become "autograded answer" cells, check cells (and any cell with hidden
+    tests) "autograder tests" worth one point. Cells that already carry nbgrader metadata
+    keep it.
+    """
+    _, infos = student_notebook(nb, name)  # validates the markers
+    nb = copy.deepcopy(nb)
+    taken = {
+        c.metadata["nbgrader"]["grade_id"]
+        for c in nb.cells
+        if "grade_id" in c.metadata.get("nbgrader", {})
+    }
+    last_exercise = None
+    for info, cell in zip(infos, nb.cells, strict=True):
+        if info.is_exercise:
+            names = DEF_NAME.findall(cell.source)
+            last_exercise = names[0] if names else f"cell{info.index}"
+        if "nbgrader" in cell.metadata:
+            continue
+        if info.is_exercise:
+            cell.metadata["nbgrader"] = {
+                "grade": False,
+                "grade_id": _unique(last_exercise, taken),
+                "locked": False,
+                "schema_version": 3,
+                "solution": True,
+                "task": False,
+            }
+        elif info.is_check or any(r.kind == "hidden" for r in info.regions):
+            match = CHECK_CALL.search(cell.source)
+            target = (match and match.group(2)) or last_exercise or f"cell{info.index}"
+            cell.metadata["nbgrader"] = {
+                "grade": True,
+                "grade_id": _unique(f"check_{target}", taken),
+                "locked": True,
+                "points": 1,
+                "schema_version": 3,
+                "solution": False,
+                "task": False,
+            }
+    return nb
+
+
+def _notebooks(src: Path) -> list[Path]:
+    paths = sorted(src.glob("*.ipynb"))
+    if not paths:
+        raise SystemExit(f"no notebooks found in {src}")
+    return paths
+
+
+def _clear_old(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.ipynb"):  # a notebook removed from the source must not linger
+        old.unlink()
+
+
+def build(src: Path, out: Path) -> list[tuple[Path, Path]]:
+    """Write the student version of every notebook in ``src`` to ``out``."""
+    pairs = []
+    released = []
+    for path in _notebooks(src):
+        nb = nbformat.read(path, as_version=4)
+        student, _ = student_notebook(nb, path.name)
+        nbformat.validate(student)
+        released.append((path, out / path.name, student))
+    _clear_old(out)  # only once every notebook has been transformed without error
+    for path, target, student in released:
+        nbformat.write(student, target)
+        pairs.append((path, target))
+    return pairs
+
+
+def build_nbgrader(src: Path, out: Path) -> list[Path]:
+    """Write copies of the source notebooks with nbgrader metadata to ``out``."""
+    notebooks = []
+    for path in _notebooks(src):
+        nb = nbgrader_notebook(nbformat.read(path, as_version=4), path.name)
+        nbformat.validate(nb)
+        notebooks.append((out / path.name, nb))
+    _clear_old(out)
+    for target, nb in notebooks:
+        nbformat.write(nb, target)
+    return [target for target, _ in notebooks]
+
+
+def main(argv: list[str] | None = None) -> int:
+    root = Path(__file__).resolve().parents[1]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--src", type=Path, default=root / "notebooks")
+    parser.add_argument("--out", type=Path, default=root / "build" / "student")
+    parser.add_argument(
+        "--nbgrader",
+        type=Path,
+        metavar="DIR",
+        help="also write the source notebooks with nbgrader metadata to DIR",
+    )
+    args = parser.parse_args(argv)
+    try:
+        pairs = build(args.src, args.out)
+        if args.nbgrader:
+            build_nbgrader(args.src, args.nbgrader)
+    except MarkerError as exc:
+        print(f"make_student: {exc}", file=sys.stderr)
+        return 1
+    for _, target in pairs:
+        print(f"wrote {target}")
+    if args.nbgrader:
+        print(f"wrote nbgrader source notebooks to {args.nbgrader}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
