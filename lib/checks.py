@@ -31,8 +31,16 @@ class CheckFailed(AssertionError):
 # --------------------------------------------------------------------------- helpers
 
 
-def _call(fn: Callable, name: str, *args, hints: Sequence[tuple[type, str]] = ()):
-    """Call the student's function, turning its exceptions into one clear sentence."""
+def _call(
+    fn: Callable,
+    name: str,
+    *args,
+    hints: Sequence[tuple[type, str | Callable[[Exception], str]]] = (),
+):
+    """Call the student's function, turning its exceptions into one clear sentence.
+
+    A hint is a sentence, or a function of the exception that returns one (to quote it).
+    """
     try:
         return fn(*args)
     except NotImplementedError:
@@ -42,7 +50,7 @@ def _call(fn: Callable, name: str, *args, hints: Sequence[tuple[type, str]] = ()
     except Exception as exc:  # noqa: BLE001 - any error in student code becomes a message
         for exc_type, hint in hints:
             if isinstance(exc, exc_type):
-                raise CheckFailed(hint) from None
+                raise CheckFailed(hint(exc) if callable(hint) else hint) from None
         raise CheckFailed(f"{name} raised {type(exc).__name__}: {exc}") from None
 
 
@@ -140,12 +148,15 @@ def check_softmax_list(softmax_fn: Callable[[list[float]], list[float]]) -> None
             )
         ],
     )
-    if not _close(_as_array(got, name), np.asarray(L.softmax(_BIG_ROW))):
+    got = _as_array(got, name)
+    _expect_shape(got, (len(_BIG_ROW),), name, f"a list of {len(_BIG_ROW)} weights")
+    if not _close(got, np.asarray(L.softmax(_BIG_ROW))):
         raise CheckFailed(
             f"{name}: scores near 1000 give wrong weights; subtract the row's "
             "largest score before exponentiating."
         )
     got = _as_array(_call(softmax_fn, name, list(_MASKED_ROW)), name)
+    _expect_shape(got, (len(_MASKED_ROW),), name, f"a list of {len(_MASKED_ROW)} weights")
     if not _close(got, np.asarray(L.softmax(_MASKED_ROW))):
         raise CheckFailed(
             f"{name}: entries that are -inf (masked keys) must get weight exactly 0 "
@@ -164,6 +175,7 @@ def check_softmax_list(softmax_fn: Callable[[list[float]], list[float]]) -> None
         ],
     )
     got = _as_array(got, name)
+    _expect_shape(got, (len(_ALL_MASKED_ROW),), name, f"a list of {len(_ALL_MASKED_ROW)} weights")
     if not _close(got, np.zeros(len(_ALL_MASKED_ROW))):
         raise CheckFailed(
             f"{name}: a row where every score is -inf (nothing to attend to) must "
@@ -178,10 +190,23 @@ def check_softmax_list(softmax_fn: Callable[[list[float]], list[float]]) -> None
 def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 02): vectorised, stable softmax over the last axis."""
     name = "softmax"
+    axis_hint = (
+        np.exceptions.AxisError,
+        lambda exc: (
+            f"{name} raised AxisError ({exc}): the input may have any number of "
+            "axes; take the softmax over the last one, axis=-1."
+        ),
+    )
+
+    def call(arr):
+        with np.errstate(all="ignore"):
+            got = _as_array(_call(softmax_fn, name, arr.copy(), hints=[axis_hint]), name)
+        _expect_shape(got, arr.shape, name, "an output (the input's shape)")
+        return got
+
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, 4, 5))
-    got = _as_array(_call(softmax_fn, name, x.copy()), name)
-    _expect_shape(got, x.shape, name, "an output")
+    got = call(x)
     expected = A.softmax(x)
     if not _close(got, expected):
         e = np.exp(x)
@@ -212,24 +237,21 @@ def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
             )
         raise CheckFailed(f"{name}: rows sum to 1 but the values are wrong.")
     big = np.array([[1000.0, 1001.0, 999.0], [-2.0, 0.0, 1.0]])
-    with np.errstate(all="ignore"):
-        got = _as_array(_call(softmax_fn, name, big.copy()), name)
+    got = call(big)
     if not np.isfinite(got[0]).all():
         raise CheckFailed(
             f"{name}: scores near 1000 give NaN/inf; subtract the largest score "
             "of each row before np.exp."
         )
     far_apart = np.array([[-1000.0, -999.0, -1001.0], [0.0, 1.0, 2.0]])
-    with np.errstate(all="ignore"):
-        got = _as_array(_call(softmax_fn, name, far_apart.copy()), name)
+    got = call(far_apart)
     if not _close(got, A.softmax(far_apart)):
         raise CheckFailed(
             f"{name}: a row far below the others gives wrong weights; subtract each "
             "row's own maximum (keepdims=True), not the maximum of the whole array."
         )
     masked = np.array([[0.3, -np.inf, 1.2], [-np.inf, -np.inf, -np.inf]])
-    with np.errstate(all="ignore"):
-        got = _as_array(_call(softmax_fn, name, masked.copy()), name)
+    got = call(masked)
     if not _close(got[0], A.softmax(masked[0])):
         raise CheckFailed(f"{name}: -inf entries (masked keys) must get weight exactly 0.")
     if not _close(got[1], np.zeros(3)):
@@ -251,8 +273,15 @@ def check_causal_mask_list(causal_mask_fn: Callable[[int], list[list[bool]]]) ->
     name = "causal_mask"
     for n in (6, 4, 1):  # largest first: n = 1 cannot tell mistakes apart
         got = _call(causal_mask_fn, name, n)
-        arr = np.asarray(got)
-        _expect_shape(arr, (n, n), name, f"an {n} x {n} mask")
+        try:
+            arr = np.asarray(got)
+        except ValueError:
+            lengths = [len(row) if hasattr(row, "__len__") else None for row in got]
+            raise CheckFailed(
+                f"{name}({n}) should return {n} rows of {n} entries each, True or False; "
+                f"your rows have lengths {lengths}."
+            ) from None
+        _expect_shape(arr, (n, n), name, f"a {n} x {n} mask")
         if arr.dtype != bool:
             raise CheckFailed(
                 f"{name}: use True/False entries (True = may attend), got {arr.dtype} values."
@@ -290,7 +319,20 @@ def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarra
     """Exercise (notebook 02): padding mask of shape (batch, 1, 1, n_k)."""
     name = "padding_mask"
     lengths, n_k = [3, 5, 1], 5
-    got = np.asarray(_call(padding_mask_fn, name, list(lengths), n_k))
+    list_hint = (
+        TypeError,
+        lambda exc: (
+            f"{name} raised TypeError ({exc}): lengths may arrive as a Python list, "
+            "which cannot be indexed or compared like an array; convert it to an array first."
+        ),
+    )
+    try:
+        got = np.asarray(_call(padding_mask_fn, name, list(lengths), n_k, hints=[list_hint]))
+    except ValueError:
+        raise CheckFailed(
+            f"{name}: expected one row of n_k={n_k} booleans per sequence, shape "
+            "(batch, 1, 1, n_k); yours cannot be read as a rectangular array."
+        ) from None
     expected = A.padding_mask(lengths, n_k)
     if got.shape == (len(lengths), n_k):
         raise CheckFailed(
@@ -302,7 +344,7 @@ def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarra
         raise CheckFailed(f"{name}: use booleans (True = may attend), got {got.dtype}.")
     if np.array_equal(got, expected):
         lengths2 = [0, 2]
-        got2 = np.asarray(_call(padding_mask_fn, name, list(lengths2), 2))
+        got2 = np.asarray(_call(padding_mask_fn, name, list(lengths2), 2, hints=[list_hint]))
         if not np.array_equal(got2, A.padding_mask(lengths2, 2)):
             raise CheckFailed(
                 f"{name}: wrong for lengths {lengths2} with n_k=2: a sequence of "
@@ -353,6 +395,19 @@ def _attention_mistakes(q, k, v, mask, use_lists: bool):
         ),
         (finish(raw / d_k), "you divided the scores by d_k; divide by sqrt(d_k)."),
         (finish(raw * math.sqrt(d_k)), "you multiplied the scores by sqrt(d_k); divide by it."),
+    ]
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    sizes = [(n_q, "queries and keys")] if n_q == n_k else [(n_q, "queries"), (n_k, "keys")]
+    for size, what in sizes:
+        if size != d_k:
+            found.append(
+                (
+                    finish(raw / math.sqrt(size)),
+                    f"you scaled by the square root of the number of {what}; d_k is the "
+                    "length of one query vector (the last axis of q).",
+                )
+            )
+    found += [
         (
             finish(raw / math.sqrt(d_k), axis=-2),
             "your softmax runs over the queries (columns sum "
@@ -406,6 +461,11 @@ def _check_attention_result(result, q, k, v, mask, name, use_lists):
     weights = _as_array(result[1], name, "the weights")
     shape_w = q.shape[:-1] + (k.shape[-2],)
     shape_o = q.shape[:-1] + (v.shape[-1],)
+    if shape_w != shape_o and (out.shape, weights.shape) == (shape_w, shape_o):
+        raise CheckFailed(
+            f"{name}: you returned (weights, output); return the pair in the order "
+            "(output, weights)."
+        )
     _expect_shape(weights, shape_w, name, "weights (..., n_q, n_k)")
     _expect_shape(out, shape_o, name, "an output (..., n_q, d_v)")
     exp_out, exp_w = A.scaled_dot_product_attention(q, k, v, mask)
@@ -448,7 +508,18 @@ def check_attention_list(attention_fn: Callable) -> None:
         )
         mask = A.causal_mask(n_q, n_k) if masked else None
         args = (q.tolist(), k.tolist(), v.tolist(), None if mask is None else mask.tolist())
-        result = _call(attention_fn, name, *args)
+        hints = []
+        if mask is None:
+            hints.append(
+                (
+                    TypeError,
+                    lambda exc: (
+                        f"{name} raised TypeError ({exc}) when called with mask=None: "
+                        "no mask means every query may attend to every key, so skip the masking."
+                    ),
+                )
+            )
+        result = _call(attention_fn, name, *args, hints=hints)
         _check_attention_result(result, q, k, v, mask, name, use_lists=True)
     _passed(
         "attention: scaled by 1/sqrt(d_k), softmax over the keys, mask applied as True = "
@@ -480,10 +551,11 @@ def check_attention(attention_fn: Callable) -> None:
             hints=[
                 (
                     ValueError,
-                    f"{name} raised a shape error for q {q.shape}, k "
-                    f"{k.shape}: k.T reverses every axis of a batched array; transpose "
-                    "only the last two axes of k "
-                    "(np.swapaxes(k, -1, -2)).",
+                    lambda exc, q=q, k=k: (
+                        f"{name} raised ValueError ({exc}) for q {q.shape}, "
+                        f"k {k.shape}: if it comes from transposing k, note that k.T reverses "
+                        "every axis of a batched array; transpose only the last two axes of k."
+                    ),
                 )
             ],
         )
@@ -503,7 +575,19 @@ def check_split_heads(split_heads_fn: Callable[[np.ndarray, int], np.ndarray]) -
     batch, seq, d_model, h = 2, 3, 8, 4
     d_k = d_model // h
     x = np.arange(batch * seq * d_model, dtype=float).reshape(batch, seq, d_model)
-    got = _as_array(_call(split_heads_fn, name, x.copy(), h), name)
+    float_hint = (
+        TypeError,
+        lambda exc: (
+            f"{name} raised TypeError ({exc}): shapes must be whole numbers, and "
+            "d_model / n_heads is a float; use integer division."
+        ),
+    )
+    got = _as_array(_call(split_heads_fn, name, x.copy(), h, hints=[float_hint]), name)
+    if got.shape == (batch, seq, h, d_k) and np.array_equal(got, x.reshape(batch, seq, h, d_k)):
+        raise CheckFailed(
+            f"{name}: you split the features into (heads, d_k) but left the heads axis "
+            "behind seq; it must come right after batch: (batch, heads, seq, d_k)."
+        )
     _expect_shape(got, (batch, h, seq, d_k), name, "(batch, heads, seq, d_k)")
     if np.array_equal(got, A.split_heads(x, h)):
         _passed("split_heads: head h gets features h*d_k:(h+1)*d_k of every token.")
@@ -530,6 +614,13 @@ def check_merge_heads(merge_heads_fn: Callable[[np.ndarray], np.ndarray]) -> Non
     batch, h, seq, d_k = 2, 4, 3, 2
     x = np.arange(batch * h * seq * d_k, dtype=float).reshape(batch, h, seq, d_k)
     got = _as_array(_call(merge_heads_fn, name, x.copy()), name)
+    if got.shape == (batch, seq, h, d_k) and np.array_equal(
+        got, A.merge_heads(x).reshape(got.shape)
+    ):
+        raise CheckFailed(
+            f"{name}: the heads axis is in the right place, but (heads, d_k) must still "
+            "become one axis of heads * d_k features: expected shape (batch, seq, heads * d_k)."
+        )
     _expect_shape(got, (batch, seq, h * d_k), name, "(batch, seq, heads * d_k)")
     if np.array_equal(got, A.merge_heads(x)):
         _passed(
@@ -570,6 +661,8 @@ def check_param_count(param_count_fn: Callable[[int, int, bool], int]) -> None:
                 4 * d * d: "you left out the biases: one vector of d_model per projection.",
                 4 * d * d + (d if bias else 0): "only one bias counted: each of W_Q, W_K, W_V, "
                 "W_O has its own.",
+                4 * d * d + (3 * d if bias else 0): "you left out the bias of the output "
+                "projection W_O.",
                 h * 4 * d * d + b: "you gave every head full d_model x d_model matrices; each head "
                 "projects to d_k = d_model / heads columns.",
                 4 * d * (d // h) + b: "you counted one head's W_Q/W_K/W_V only; all heads together "
@@ -621,6 +714,15 @@ def check_entropy(entropy_fn: Callable[[np.ndarray], np.ndarray]) -> None:
             (
                 expected / np.log(2),
                 f"{name}: you used log base 2 (bits); use the natural log (nats), np.log.",
+            ),
+            (
+                -(w * np.log(np.where(w > 0, w, 1.0))).sum(axis=-2),
+                f"{name}: you summed over the queries (axis -2); each row's entropy is a sum "
+                "over its keys, the last axis.",
+            ),
+            (
+                expected / w.shape[-1],
+                f"{name}: you averaged over the keys; entropy is a sum over the keys, not a mean.",
             ),
         ],
     )
@@ -689,6 +791,8 @@ def check_head_similarity(similarity_fn: Callable[[np.ndarray], np.ndarray]) -> 
         _passed("head_similarity: cosine of the flattened patterns, 1 on the diagonal.")
         return
     flat = np.moveaxis(w, 1, 0).reshape(heads, -1)
+    mixed = w.reshape(heads, -1)
+    mixed = mixed / np.linalg.norm(mixed, axis=1, keepdims=True)
     _match_mistake(
         got,
         [
@@ -696,6 +800,11 @@ def check_head_similarity(similarity_fn: Callable[[np.ndarray], np.ndarray]) -> 
                 flat @ flat.T,
                 f"{name}: these are raw dot products; divide by both heads' norms "
                 "so that a head compared with itself gives 1.",
+            ),
+            (
+                mixed @ mixed.T,
+                f"{name}: reshaping (batch, heads, n, n) straight to (heads, -1) mixes heads "
+                "from different batch items; bring the heads axis to the front first.",
             ),
         ],
         tol=1e-6,

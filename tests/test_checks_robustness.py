@@ -1,0 +1,299 @@
+"""The exercise checks never crash and never give the solution away.
+
+tests/test_checks.py shows each check accepts the reference and names the classic mistakes.
+This file covers what it leaves out: answers of the wrong shape or type (None, a list
+instead of an array, a ragged list, a scalar), more mistakes students really make (d_k
+taken from the wrong axis, (weights, output) swapped, a heads axis not moved, ...), errors
+raised inside the student's code, and a scan of every message for solution code taken from
+the notebooks' solution regions.
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lib import attention as A
+from lib import checks
+from lib import heads as H
+from lib import lists as L
+from lib.checks import CheckFailed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def param_count(d, h, bias):
+    return 4 * d * d + (4 * d if bias else 0)
+
+
+def previous_token(w):
+    return H.offset_score(w, -1)
+
+
+# Every check, with the reference answer of its exercise.
+REFERENCES = {
+    "check_softmax_list": (checks.check_softmax_list, L.softmax),
+    "check_softmax": (checks.check_softmax, A.softmax),
+    "check_causal_mask_list": (checks.check_causal_mask_list, L.causal_mask),
+    "check_padding_mask": (checks.check_padding_mask, A.padding_mask),
+    "check_attention_list": (checks.check_attention_list, L.attention),
+    "check_attention": (checks.check_attention, A.scaled_dot_product_attention),
+    "check_split_heads": (checks.check_split_heads, A.split_heads),
+    "check_merge_heads": (checks.check_merge_heads, A.merge_heads),
+    "check_param_count": (checks.check_param_count, param_count),
+    "check_entropy": (checks.check_entropy, H.row_entropy),
+    "check_previous_token_score": (checks.check_previous_token_score, previous_token),
+    "check_head_similarity": (checks.check_head_similarity, H.head_similarity),
+}
+
+
+def test_every_check_is_covered():
+    """A new check in lib.checks must be added to REFERENCES (and so to the tests below)."""
+    defined = {name for name in dir(checks) if name.startswith("check_")}
+    missing = sorted(defined - set(REFERENCES))
+    if missing:
+        pytest.skip(f"checks of later notebooks not covered by this file yet: {missing}")
+
+
+def run(check, fn):
+    """Run a check on a wrong answer: it must raise CheckFailed (nothing else) and never
+    print a success line."""
+    with np.errstate(all="ignore"), pytest.raises(CheckFailed) as info:
+        check(fn)
+    message = str(info.value)
+    assert message and "\n" not in message.strip(), message
+    return message
+
+
+# --------------------------------------------------------------------------- any shape, any type
+
+
+def as_lists(fn):
+    """The reference, returning nested Python lists instead of arrays."""
+
+    def wrapped(*args):
+        result = fn(*args)
+        if isinstance(result, tuple):
+            return tuple(np.asarray(r).tolist() for r in result)
+        return np.asarray(result).tolist()
+
+    return wrapped
+
+
+@pytest.mark.parametrize("name", [n for n in REFERENCES if n != "check_param_count"])
+def test_lists_instead_of_arrays_are_accepted(name, capsys):
+    check, reference = REFERENCES[name]
+    check(as_lists(reference))
+    assert capsys.readouterr().out.startswith("✓")
+
+
+@pytest.mark.parametrize("name", list(REFERENCES))
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(lambda *args: None, id="None"),
+        pytest.param(lambda *args: 0.5, id="scalar"),
+        pytest.param(lambda *args: "done", id="string"),
+        pytest.param(lambda *args: [[1.0, 2.0], [3.0]], id="ragged"),
+        pytest.param(lambda *args: np.zeros((2, 7, 3)), id="wrong-shape"),
+        pytest.param(lambda *args: (np.zeros(3), np.zeros(3)), id="pair-of-vectors"),
+        pytest.param(lambda *args: {"weights": 1}, id="dict"),
+    ],
+)
+def test_wrong_shapes_and_types_are_reported_not_crashed(name, answer):
+    check, _ = REFERENCES[name]
+    run(check, answer)
+
+
+@pytest.mark.parametrize(
+    "name, answer, fragments",
+    [
+        ("check_softmax_list", lambda row: None, ["of shape (3,)", "got ()"]),
+        ("check_softmax_list", lambda row: [row], ["of shape (3,)", "got (1, 3)"]),
+        ("check_softmax", lambda x: A.softmax(x)[..., 0], ["(3, 4, 5)", "got (3, 4)"]),
+        ("check_causal_mask_list", lambda n: None, ["6 x 6", "got ()"]),
+        ("check_padding_mask", lambda lengths, n_k: None, ["(3, 1, 1, 5)", "got ()"]),
+        ("check_attention", lambda q, k, v, mask=None: None, ["pair (output, weights)"]),
+        ("check_attention_list", lambda q, k, v, mask=None: None, ["pair (output, weights)"]),
+        ("check_split_heads", lambda x, h: x[None], ["(2, 4, 3, 2)", "got (1, 2, 3, 8)"]),
+        ("check_merge_heads", lambda x: None, ["(2, 3, 8)", "got ()"]),
+        ("check_param_count", lambda d, h, bias: None, ["whole number", "NoneType"]),
+        ("check_entropy", lambda w: w, ["(2, 3, 5)", "got (2, 3, 5, 5)"]),
+        ("check_previous_token_score", lambda w: w[..., 1, 0], ["(3,)", "got (2, 3)"]),
+        ("check_head_similarity", lambda w: np.eye(3), ["(4, 4)", "got (3, 3)"]),
+    ],
+)
+def test_shape_messages_say_what_was_expected(name, answer, fragments):
+    message = run(REFERENCES[name][0], answer)
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+# --------------------------------------------------------------------------- more real mistakes
+
+
+def softmax_axis2(x):  # written for 3-D input only
+    e = np.exp(x - x.max(axis=2, keepdims=True))
+    return e / e.sum(axis=2, keepdims=True)
+
+
+def softmax_list_unstable(row):
+    exps = [math.exp(s) for s in row]
+    return [e / sum(exps) for e in exps]
+
+
+def causal_ragged(n):  # only the entries that may be attended to
+    return [[True] * (i + 1) for i in range(n)]
+
+
+def padding_list_indexing(lengths, n_k):  # lengths[:, None] on a Python list
+    return (np.arange(n_k)[None, :] < lengths[:, None])[:, None, None, :]
+
+
+def padding_2d(lengths, n_k):
+    return np.arange(n_k)[None, :] < np.asarray(lengths)[:, None]
+
+
+def attention_list_factory(scale=None, swap=False, mask_none_crash=False):
+    """Wrong list attentions: d taken from the wrong size, pair swapped, mask=None crash."""
+
+    def attention(Q, K, V, mask=None):
+        d = {"q": len(Q), "k": len(K), None: len(Q[0])}[scale]
+        scores = [[sum(a * b for a, b in zip(qr, kr, strict=True)) for kr in K] for qr in Q]
+        scores = [[s / math.sqrt(d) for s in row] for row in scores]
+        if mask is not None or mask_none_crash:
+            scores = [
+                [s if ok else -math.inf for s, ok in zip(row, mrow, strict=True)]
+                for row, mrow in zip(scores, mask, strict=True)
+            ]
+        weights = [L.softmax(row) for row in scores]
+        out = L.matmul(weights, V)
+        return (weights, out) if swap else (out, weights)
+
+    return attention
+
+
+def attention_factory(scale_axis=-1, swap=False, bad_mask_shape=False):
+    def attention(q, k, v, mask=None):
+        s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[scale_axis])
+        if mask is not None:
+            m = np.asarray(mask)
+            if bad_mask_shape:
+                m = m[:, :1].repeat(s.shape[-1] + 1, axis=1)
+            s = np.where(m, s, -np.inf)
+        w = A.softmax(s)
+        return (w, w @ v) if swap else (w @ v, w)
+
+    return attention
+
+
+def split_forgot_transpose(x, h):
+    b, s, d = x.shape
+    return x.reshape(b, s, h, d // h)
+
+
+def split_float_dk(x, h):
+    b, s, d = x.shape
+    return x.reshape(b, s, h, d / h).transpose(0, 2, 1, 3)
+
+
+def merge_forgot_reshape(x):
+    return x.transpose(0, 2, 1, 3)
+
+
+def entropy_wrong_axis(w):
+    return -(w * np.log(np.where(w > 0, w, 1.0))).sum(axis=-2)
+
+
+def entropy_mean(w):
+    return -(w * np.log(np.where(w > 0, w, 1.0))).mean(axis=-1)
+
+
+def similarity_mixed(w):
+    flat = w.reshape(w.shape[1], -1)
+    flat = flat / np.linalg.norm(flat, axis=1, keepdims=True)
+    return flat @ flat.T
+
+
+def similarity_one_norm(w):
+    flat = np.moveaxis(w, 1, 0).reshape(w.shape[1], -1)
+    return flat @ flat.T / np.linalg.norm(flat, axis=1)
+
+
+def raises_type_error(*args):
+    return None + 1
+
+
+MISTAKES = [
+    ("check_softmax_list", softmax_list_unstable, "subtract the row's largest score"),
+    ("check_softmax", softmax_axis2, "axis=-1"),
+    ("check_causal_mask_list", causal_ragged, "have lengths [1, 2, 3, 4, 5, 6]"),
+    ("check_padding_mask", padding_list_indexing, "Python list"),
+    ("check_padding_mask", padding_2d, "(batch, 1, 1, n_k)"),
+    ("check_attention_list", attention_list_factory(scale="q"), "number of queries"),
+    ("check_attention_list", attention_list_factory(scale="k"), "keys; d_k is"),
+    ("check_attention_list", attention_list_factory(swap=True), "order (output, weights)"),
+    ("check_attention_list", attention_list_factory(mask_none_crash=True), "mask=None"),
+    ("check_attention", attention_factory(scale_axis=-2), "number of queries"),
+    ("check_attention", attention_factory(scale_axis=0), "d_k is the length"),
+    ("check_attention", attention_factory(swap=True), "order (output, weights)"),
+    ("check_attention", attention_factory(bad_mask_shape=True), "operands could not be"),
+    ("check_split_heads", split_forgot_transpose, "behind seq"),
+    ("check_split_heads", split_float_dk, "integer division"),
+    ("check_merge_heads", merge_forgot_reshape, "one axis"),
+    ("check_param_count", lambda d, h, bias: 4 * d * d + (3 * d if bias else 0), "bias of the"),
+    ("check_entropy", entropy_wrong_axis, "over the queries"),
+    ("check_entropy", entropy_mean, "not a mean"),
+    ("check_head_similarity", similarity_mixed, "mixes heads"),
+    ("check_head_similarity", similarity_one_norm, "must give 1"),
+] + [(name, raises_type_error, "TypeError") for name in REFERENCES]
+
+
+@pytest.mark.parametrize(
+    "name, wrong, fragment",
+    MISTAKES,
+    ids=[f"{name}-{getattr(wrong, '__name__', 'lambda')}" for name, wrong, _ in MISTAKES],
+)
+def test_more_mistakes_are_named(name, wrong, fragment):
+    message = run(REFERENCES[name][0], wrong)
+    assert fragment in message, message
+
+
+def test_the_quoted_error_of_a_student_is_kept():
+    """A ValueError that does not come from k.T is quoted, not mislabelled."""
+    message = run(checks.check_attention, attention_factory(bad_mask_shape=True))
+    assert "if it comes from transposing k" in message
+
+
+# --------------------------------------------------------------------------- no solution leaks
+
+
+def solution_lines():
+    """Non-trivial lines of every solution region of every notebook."""
+    import json
+
+    lines = set()
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            inside = False
+            for line in "".join(cell["source"]).split("\n"):
+                text = line.strip()
+                if text in ("### BEGIN SOLUTION", "### END SOLUTION"):
+                    inside = text.startswith("### BEGIN")
+                    continue
+                text = text.split("  #")[0].strip()  # code without its trailing comment
+                if inside and len(text) >= 16:
+                    lines.add(text)
+    return lines
+
+
+def test_messages_never_contain_solution_code():
+    secret = solution_lines()
+    assert len(secret) > 10  # the scan found the notebooks' solutions
+    messages = [run(REFERENCES[name][0], wrong) for name, wrong, _ in MISTAKES]
+    messages += [run(REFERENCES[name][0], lambda *args: np.zeros((2, 7, 3))) for name in REFERENCES]
+    squash = str.maketrans("", "", " \t")
+    for message in messages:
+        for line in secret:
+            assert line.translate(squash) not in message.translate(squash), (line, message)
