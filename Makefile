@@ -21,8 +21,10 @@ install: $(STAMP)
 # Jupyter refuses to start as root unless told to (containers, some cloud machines).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# `make lab LAB_DIR=homework` opens another folder (e.g. the student release) instead.
+LAB_DIR ?= notebooks/
 lab: install
-	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks/
+	$(BIN)/jupyter lab $(ALLOW_ROOT) $(LAB_DIR)
 
 lint: install
 	$(BIN)/ruff check lib tests bench tools notebooks

@@ -768,7 +768,7 @@ def check_previous_token_score(score_fn: Callable[[np.ndarray], np.ndarray]) -> 
                 "out of the average instead of counting it as 0.",
             ),
             (
-                w[..., 1:, :-1].sum(axis=-1).mean(axis=(0, 2)) if n > 1 else None,
+                np.tril(w, k=-1)[..., 1:, :].sum(axis=-1).mean(axis=(0, 2)) if n > 1 else None,
                 f"{name}: you summed all earlier keys; score only the key right before the query.",
             ),
         ],

@@ -221,6 +221,49 @@ def similarity_one_norm(w):
     return flat @ flat.T / np.linalg.norm(flat, axis=1)
 
 
+def softmax_list_not_normalised(row):
+    top = max(s for s in row if s != -math.inf)
+    return [math.exp(s - top) * math.exp(top) for s in row]
+
+
+def attention_sqrt_times(q, k, v, mask=None):
+    w = A.softmax(q @ np.swapaxes(k, -1, -2) * math.sqrt(q.shape[-1]))
+    return w @ v, w
+
+
+def attention_uses_k(q, k, v, mask=None):
+    out, w = A.scaled_dot_product_attention(q, k, v, mask)
+    return w @ k, w
+
+
+def softmax_axis0(x):
+    e = np.exp(x - x.max(axis=0, keepdims=True))
+    return e / e.sum(axis=0, keepdims=True)
+
+
+def padding_one_short(lengths, n_k):
+    return A.padding_mask(np.maximum(np.asarray(lengths) - 1, 0), n_k)
+
+
+def padding_ints(lengths, n_k):
+    return A.padding_mask(lengths, n_k).astype(int)
+
+
+def merge_interleaved(x):
+    b, h, s, d = x.shape
+    return x.transpose(0, 2, 3, 1).reshape(b, s, h * d)
+
+
+def previous_zero_first(w):  # on causal weights the same numbers as wrapping around
+    n = w.shape[-1]
+    rows = [w[..., i, i - 1] if i else np.zeros(w.shape[:2]) for i in range(n)]
+    return np.mean(rows, axis=(0, 1))
+
+
+def previous_all_earlier(w):
+    return np.tril(w, k=-1)[..., 1:, :].sum(axis=-1).mean(axis=(0, 2))
+
+
 def raises_type_error(*args):
     return None + 1
 
@@ -247,6 +290,17 @@ MISTAKES = [
     ("check_entropy", entropy_mean, "not a mean"),
     ("check_head_similarity", similarity_mixed, "mixes heads"),
     ("check_head_similarity", similarity_one_norm, "must give 1"),
+    ("check_softmax_list", softmax_list_not_normalised, "divide every exp"),
+    ("check_softmax", softmax_axis0, "axis 0"),
+    ("check_attention", attention_sqrt_times, "multiplied the scores"),
+    ("check_attention", attention_uses_k, "it is weights @ v"),
+    ("check_padding_mask", padding_one_short, "marked only L-1"),
+    ("check_padding_mask", padding_ints, "use booleans"),
+    ("check_merge_heads", merge_interleaved, "interleaves"),
+    ("check_param_count", lambda d, h, bias: 4 * d * d + (d if bias else 0), "one bias"),
+    ("check_param_count", lambda d, h, bias: 4 * d * (d // h), "one head's"),
+    ("check_previous_token_score", previous_zero_first, "query 0 has no previous token"),
+    ("check_previous_token_score", previous_all_earlier, "summed all earlier keys"),
 ] + [(name, raises_type_error, "TypeError") for name in REFERENCES]
 
 
