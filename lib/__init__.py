@@ -5,6 +5,12 @@
   (notebooks 02 and 03).
 - ``lib.heads``: entropy, offset scores and similarity of heads (notebook 04).
 - ``lib.plots``: heatmaps of heads, entropy bars, similarity matrices (notebook 04).
+- ``lib.backprop``: forward with a cache, backward by hand, softmax backward, head mask
+  (notebook 05).
+- ``lib.tiny``: the tiny trainable model, its tasks, cross-entropy, Adam, training loop
+  (notebooks 05 and 06).
+- ``lib.pruning``: ablation and gradient head importance, iterative pruning, Spearman
+  (notebook 06).
 - ``lib.checks``: the checks that follow each exercise.
 
 The most used names are re-exported here, so ``from lib import multi_head_attention`` works.

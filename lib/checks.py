@@ -818,3 +818,357 @@ def check_head_similarity(similarity_fn: Callable[[np.ndarray], np.ndarray]) -> 
         f"{name}: wrong values; flatten each head's weights over batch and "
         "queries into one vector, then take cosine similarities."
     )
+
+
+# --- notebook 05 ---------------------------------------------------------------
+
+
+def check_softmax_backward(
+    softmax_backward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> None:
+    """Exercise (notebook 05): dL/dscores from p = softmax(scores) (last axis) and dL/dp."""
+    from .backprop import softmax_backward
+
+    name = "softmax_backward"
+    rng = np.random.default_rng(5)
+    p = A.softmax(rng.normal(size=(2, 3, 4, 5)))  # (batch, heads, n_q, n_k)
+    g = rng.normal(size=p.shape)
+    got = _as_array(_call(softmax_backward_fn, name, p.copy(), g.copy()), name)
+    _expect_shape(got, p.shape, name, "a gradient shaped like the weights")
+    expected = softmax_backward(p, g)
+    if _close(got, expected, 1e-9):
+        _passed("softmax_backward: p * (g - sum(g * p)) along the keys; matches lib.")
+        return
+    _match_mistake(
+        got,
+        [
+            (
+                p * g,
+                f"{name}: only the diagonal of the Jacobian is there; every score moves every "
+                "weight of its row, so subtract the row's sum of g * p from g first.",
+            ),
+            (
+                p * (1 - p) * g,
+                f"{name}: p * (1 - p) is only the diagonal of the softmax Jacobian; the "
+                "off-diagonal terms -p_i p_j are missing.",
+            ),
+            (
+                g - (g * p).sum(axis=-1, keepdims=True),
+                f"{name}: multiply by p at the end: a weight of 0 must pass no gradient back.",
+            ),
+            (
+                softmax_backward(p, g, axis=-2),
+                f"{name}: the sum runs over the wrong axis; softmax normalised the keys, "
+                "the last axis.",
+            ),
+            (
+                -expected,
+                f"{name}: the sign is flipped.",
+            ),
+        ],
+        tol=1e-9,
+    )
+    if not np.allclose(got.sum(axis=-1), 0.0, atol=1e-9):
+        raise CheckFailed(
+            f"{name}: each row of the gradient should sum to 0 (adding a constant to a row of "
+            "scores changes nothing); yours does not."
+        )
+    raise CheckFailed(f"{name}: wrong values; compare with the Jacobian derived above.")
+
+
+def _ce_case():
+    rng = np.random.default_rng(50)
+    logits = rng.normal(size=(2, 5, 4))  # (batch, n, classes)
+    targets = rng.integers(0, 4, size=(2, 5))
+    targets[:, 0] = -1  # not scored
+    targets[1, 3] = -1
+    return logits, targets
+
+
+def check_cross_entropy_grad(grad_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    """Exercise (notebook 05): dL/dlogits of the mean cross-entropy over scored answers."""
+    from .tiny import cross_entropy
+
+    name = "cross_entropy_grad"
+    logits, targets = _ce_case()
+    got = _as_array(_call(grad_fn, name, logits.copy(), targets.copy()), name)
+    _expect_shape(got, logits.shape, name, "a gradient shaped like the logits")
+    _, expected = cross_entropy(logits, targets)
+    if _close(got, expected, 1e-9):
+        _passed("cross_entropy_grad: (softmax - one-hot) / scored count, 0 where not scored.")
+        return
+    scored = targets != -1
+    count = scored.sum()
+    probs = A.softmax(logits)
+    onehot = np.eye(logits.shape[-1])[np.where(scored, targets, 0)]
+    wrong_onehot = np.eye(logits.shape[-1])[targets]  # -1 picks the last class
+    _match_mistake(
+        got,
+        [
+            (
+                expected * count,
+                f"{name}: the loss is a mean over the scored answers, so divide by their count.",
+            ),
+            (
+                expected * count / targets.size,
+                f"{name}: divide by the number of *scored* answers, not by all positions.",
+            ),
+            (
+                (probs - wrong_onehot) / count,
+                f"{name}: a target of -1 means 'not scored': those positions must get a zero "
+                "gradient, not be treated as the last class.",
+            ),
+            (
+                (probs - onehot) / count,
+                f"{name}: positions whose target is -1 are not scored; their gradient must be 0.",
+            ),
+            (
+                probs * scored[..., None] / count,
+                f"{name}: subtract 1 at the target class (softmax minus one-hot).",
+            ),
+            (-expected, f"{name}: the sign is flipped: it is softmax minus one-hot."),
+        ],
+        tol=1e-9,
+    )
+    raise CheckFailed(f"{name}: wrong values; the gradient is (softmax - one-hot) / count.")
+
+
+def check_adam_step(adam_step_fn: Callable) -> None:
+    """Exercise (notebook 05): one Adam update.
+
+    ``adam_step_fn(param, grad, m, v, t, lr, beta1, beta2, eps) -> (param, m, v)``, with t the
+    number of this step, starting at 1.
+    """
+    name = "adam_step"
+    rng = np.random.default_rng(7)
+    lr, b1, b2, eps = 0.01, 0.9, 0.999, 1e-8
+    param = rng.normal(size=(3, 4))
+    m = np.zeros_like(param)
+    v = np.zeros_like(param)
+    ref_p, ref_m, ref_v = param.copy(), m.copy(), v.copy()
+    for t in (1, 2, 3):
+        grad = rng.normal(size=param.shape)
+        result = _call(
+            adam_step_fn, name, param.copy(), grad, m.copy(), v.copy(), t, lr, b1, b2, eps
+        )
+        if not isinstance(result, tuple) or len(result) != 3:
+            raise CheckFailed(
+                f"{name} should return a tuple (param, m, v), got {type(result).__name__}."
+            )
+        got_p, got_m, got_v = (_as_array(x, name) for x in result)
+        for arr, what in ((got_p, "param"), (got_m, "m"), (got_v, "v")):
+            _expect_shape(arr, param.shape, name, f"the new {what}")
+        new_m = b1 * ref_m + (1 - b1) * grad
+        new_v = b2 * ref_v + (1 - b2) * grad**2
+        m_hat, v_hat = new_m / (1 - b1**t), new_v / (1 - b2**t)
+        new_p = ref_p - lr * m_hat / (np.sqrt(v_hat) + eps)
+        if not _close(got_m, new_m, 1e-10):
+            if _close(got_m, b1 * ref_m + grad, 1e-10):
+                raise CheckFailed(
+                    f"{name}: m should be a running *average*: weight the new gradient "
+                    "by (1 - beta1)."
+                )
+            raise CheckFailed(
+                f"{name}: m is wrong at step t={t}; it is the running average of the gradient."
+            )
+        if not _close(got_v, new_v, 1e-10):
+            if _close(got_v, b2 * ref_v + (1 - b2) * np.abs(grad), 1e-10):
+                raise CheckFailed(f"{name}: v averages the *squared* gradient.")
+            raise CheckFailed(
+                f"{name}: v is wrong at step t={t}; it is the running average of grad**2."
+            )
+        if not _close(got_p, new_p, 1e-10):
+            _match_mistake(
+                got_p,
+                [
+                    (
+                        ref_p - lr * new_m / (np.sqrt(new_v) + eps),
+                        f"{name}: the bias correction is missing: divide m by (1 - beta1**t) "
+                        "and v by (1 - beta2**t) before the update.",
+                    ),
+                    (
+                        ref_p + lr * m_hat / (np.sqrt(v_hat) + eps),
+                        f"{name}: the parameter moved uphill; subtract the step.",
+                    ),
+                    (
+                        ref_p - lr * m_hat / (v_hat + eps),
+                        f"{name}: divide by the square root of v_hat, not by v_hat.",
+                    ),
+                ],
+                tol=1e-10,
+            )
+            if t > 1 and _close(
+                got_p,
+                ref_p
+                - lr * (new_m / (1 - b1 ** (t - 1))) / (np.sqrt(new_v / (1 - b2 ** (t - 1))) + eps),
+                1e-10,
+            ):
+                raise CheckFailed(
+                    f"{name}: the bias correction uses the wrong t; t counts steps from 1."
+                )
+            raise CheckFailed(f"{name}: the new param is wrong at step t={t}.")
+        param, m, v = got_p, got_m, got_v
+        ref_p, ref_m, ref_v = new_p, new_m, new_v
+    _passed("adam_step: running averages of g and g^2, bias-corrected, three steps match.")
+
+
+# --- notebook 06 ---------------------------------------------------------------
+
+
+def _small_trained_model():
+    """A 4-head tiny model trained briefly on the two-lookup task (deterministic)."""
+    from . import tiny
+
+    rng = np.random.default_rng(6)
+    task = dict(seq_len=8, vocab_size=5, offsets=(1, 3))
+    model = tiny.init_tiny_model(5, 8, 16, 4, 5, rng, n_slots=2)
+    data = tiny.copy_offsets_task(64, rng=np.random.default_rng(60), **task)
+
+    def batch(r):
+        return tiny.copy_offsets_task(32, rng=r, **task)
+
+    tiny.train(model, batch, data, 40, rng, lr=0.02, eval_every=40)
+    return model, data
+
+
+def check_ablation_drops(drops_fn: Callable) -> None:
+    """Exercise (notebook 06): ``drops_fn(model, ids, targets) -> (heads,)`` accuracy drops."""
+    from . import pruning, tiny
+
+    name = "ablation_drops"
+    model, (ids, targets) = _small_trained_model()
+    got = _as_array(_call(drops_fn, name, model, ids, targets), name)
+    _expect_shape(got, (model.n_heads,), name, "one drop per head")
+    expected = pruning.ablation_drops(model, ids, targets)
+    if _close(got, expected, 1e-9):
+        _passed("ablation_drops: base accuracy minus accuracy with one head off, per head.")
+        return
+    base = tiny.accuracy(model, ids, targets)
+    alone = np.array(
+        [tiny.accuracy(model, ids, targets, np.eye(model.n_heads)[h]) for h in range(model.n_heads)]
+    )
+    _match_mistake(
+        got,
+        [
+            (
+                -expected,
+                f"{name}: the sign is flipped: a head that helps should have a positive drop.",
+            ),
+            (
+                base - expected,
+                f"{name}: these are the accuracies with each head off; subtract them from the "
+                "accuracy with all heads on.",
+            ),
+            (
+                base - alone,
+                f"{name}: you kept only head h (all the others off); switch off head h alone.",
+            ),
+            (
+                1.0 - (base - expected),
+                f"{name}: measure the drop from the model's own accuracy with all heads, "
+                "not from 1.",
+            ),
+        ],
+        tol=1e-9,
+    )
+    raise CheckFailed(
+        f"{name}: wrong values; set entry h of an all-ones head mask to 0 and compare accuracies."
+    )
+
+
+def check_gradient_importance(importance_fn: Callable) -> None:
+    """Exercise (notebook 06): ``importance_fn(model, ids, targets) -> (heads,)``.
+
+    Importance = mean over sequences of |dL/d mask_h| at an all-ones mask; any positive
+    multiple of it (a sum instead of a mean) is accepted, since only the ranking is used.
+    """
+    from . import pruning
+
+    name = "gradient_importance"
+    model, (ids, targets) = _small_trained_model()
+    got = _as_array(_call(importance_fn, name, model, ids, targets), name)
+    _expect_shape(got, (model.n_heads,), name, "one importance per head")
+    expected = pruning.gradient_importance(model, ids, targets)
+
+    def proportional(a, b):
+        scale = (a @ b) / (b @ b)
+        return scale > 0 and np.allclose(a, scale * b, rtol=1e-7, atol=1e-12 * np.abs(a).max())
+
+    if proportional(got, expected):
+        _passed("gradient_importance: mean over sequences of |dL/d mask_h|, per head.")
+        return
+    ones = np.ones((ids.shape[0], model.n_heads))
+    _, grads = model.loss_and_grads(ids, targets, ones)
+    per_seq = grads["head_mask"]  # (batch, heads)
+    _, grads_zero = model.loss_and_grads(ids, targets, np.zeros_like(ones))
+    checks_in_order = [
+        (
+            per_seq.sum(axis=0),
+            f"{name}: take the absolute value: a head whose mask gradient is negative matters too.",
+        ),
+        (
+            np.abs(per_seq.sum(axis=0)),
+            f"{name}: take |gradient| per sequence before averaging; with one mask for the "
+            "whole batch, sequences that pull in opposite directions cancel.",
+        ),
+        (
+            np.abs(grads_zero["head_mask"]).sum(axis=0),
+            f"{name}: measure the gradient at the model you have: all heads on (mask of ones), "
+            "not off.",
+        ),
+    ]
+    for wrong, message in checks_in_order:
+        if np.all(np.isfinite(wrong)) and np.any(wrong != 0) and proportional(got, wrong):
+            raise CheckFailed(message)
+    raise CheckFailed(
+        f"{name}: wrong values; pass a (batch, heads) mask of ones so the backward pass gives "
+        "one gradient per sequence and head."
+    )
+
+
+def check_spearman(spearman_fn: Callable) -> None:
+    """Exercise (notebook 06): Spearman rank correlation of two 1-D arrays, ties averaged."""
+    from . import pruning
+
+    name = "spearman"
+    cases = [
+        (np.array([0.30, 0.02, 0.11, 0.0, 0.0, 0.25]), np.array([0.9, 0.1, 0.7, 0.2, 0.3, 0.4])),
+        (np.array([1.0, 2.0, 3.0, 4.0]), np.array([10.0, 20.0, 30.0, 1000.0])),
+        (np.array([3.0, 1.0, 2.0]), np.array([1.0, 3.0, 2.0])),
+    ]
+    for a, b in cases:
+        got = _call(spearman_fn, name, a.copy(), b.copy())
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            raise CheckFailed(
+                f"{name} should return one number, got {type(got).__name__}."
+            ) from None
+        expected = pruning.spearman(a, b)
+        if abs(got - expected) < 1e-9:
+            continue
+        ordinal = lambda x: np.argsort(np.argsort(x, kind="stable"), kind="stable") + 1.0  # noqa: E731
+        mistakes = [
+            (
+                float(np.corrcoef(a, b)[0, 1]),
+                f"{name}: that is the Pearson correlation of the values; correlate their ranks.",
+            ),
+            (
+                float(np.corrcoef(ordinal(a), ordinal(b))[0, 1]),
+                f"{name}: tied values must share the mean of their ranks (two values tied for "
+                "ranks 1 and 2 both get 1.5).",
+            ),
+            (
+                float(np.corrcoef(np.argsort(a), np.argsort(b))[0, 1]),
+                f"{name}: np.argsort gives the order, not the ranks; the rank of each value is "
+                "the argsort of the argsort (then average the ties).",
+            ),
+            (-expected, f"{name}: the sign is flipped; rank both arrays in the same direction."),
+        ]
+        for wrong, message in mistakes:
+            if abs(got - wrong) < 1e-9:
+                raise CheckFailed(message)
+        raise CheckFailed(
+            f"{name}: for a={a.tolist()} and b={b.tolist()} expected {expected:.4f}, got {got:.4f}."
+        )
+    _passed("spearman: Pearson correlation of the ranks, ties averaged.")

@@ -1,0 +1,138 @@
+"""Head importance and pruning for the tiny model (notebook 06).
+
+A head mask multiplies each head's output before the heads are concatenated (see
+:mod:`lib.backprop`). Setting one entry to 0 removes that head; the rest of the layer is
+unchanged. Two ways to score a head:
+
+- ablation: how much held-out accuracy drops when the head alone is switched off;
+- gradient importance (Michel, Levy & Neubig, 2019, "Are Sixteen Heads Really Better
+  than One?"): the mean over sequences of |dL/d mask_h| at the current mask, a
+  first-order estimate of how much the loss changes when the head's mask moves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .tiny import TinyModel, accuracy
+
+
+def _mask_or_ones(model: TinyModel, head_mask) -> np.ndarray:
+    if head_mask is None:
+        return np.ones(model.n_heads)
+    head_mask = np.asarray(head_mask, dtype=float)
+    if head_mask.shape != (model.n_heads,):
+        raise ValueError(
+            f"head_mask must have shape (heads,) = ({model.n_heads},), got {head_mask.shape}"
+        )
+    return head_mask
+
+
+def ablation_drops(model: TinyModel, ids, targets, head_mask=None) -> np.ndarray:
+    """Accuracy lost when each head is switched off alone, (heads,).
+
+    drop[h] = accuracy(with head_mask) - accuracy(with head_mask and head h set to 0).
+    Positive = the head helped. A head that is already off has drop 0.
+    """
+    base_mask = _mask_or_ones(model, head_mask)
+    base = accuracy(model, ids, targets, base_mask)
+    drops = np.zeros(model.n_heads)
+    for h in range(model.n_heads):
+        if base_mask[h] == 0:
+            continue
+        mask = base_mask.copy()
+        mask[h] = 0.0
+        drops[h] = base - accuracy(model, ids, targets, mask)
+    return drops
+
+
+def gradient_importance(model: TinyModel, ids, targets, head_mask=None) -> np.ndarray:
+    """Mean over sequences of |dL/d mask_h|, (heads,) (Michel et al., 2019).
+
+    The mask is given one row per sequence, (batch, heads), so the backward pass returns
+    one gradient per sequence and head; the absolute value is taken *per sequence*
+    before averaging, so that sequences pulling in opposite directions do not cancel.
+    """
+    base_mask = _mask_or_ones(model, head_mask)
+    ids = np.asarray(ids)
+    per_sequence = np.tile(base_mask, (ids.shape[0], 1))  # (batch, heads)
+    _, grads = model.loss_and_grads(ids, targets, per_sequence)
+    # the loss is a mean over all scored answers in the batch; multiply by the batch size
+    # so the score is the mean per-sequence gradient, independent of batch size
+    return np.abs(grads["head_mask"]).mean(axis=0) * ids.shape[0]
+
+
+@dataclass
+class PruningStep:
+    removed: int | None  # head switched off at this step (None: the starting point)
+    head_mask: np.ndarray  # (heads,) after this step
+    accuracy: float  # on the test data
+
+
+def prune_iteratively(
+    model: TinyModel,
+    select_data: tuple[np.ndarray, np.ndarray],
+    test_data: tuple[np.ndarray, np.ndarray],
+    score: str = "ablation",
+    max_drop: float = 0.01,
+) -> list[PruningStep]:
+    """Switch heads off one at a time, least important first, re-scoring after each.
+
+    Importance is measured on ``select_data`` (``score`` = "ablation" or "gradient");
+    accuracy is reported on ``test_data``. Pruning stops before the step that would take
+    the test accuracy more than ``max_drop`` below the unpruned accuracy, or when one
+    head is left. Returns every accepted step, starting with the unpruned model; the
+    last step's mask is the pruned model.
+    """
+    if score not in ("ablation", "gradient"):
+        raise ValueError(f'score must be "ablation" or "gradient", got {score!r}')
+    if not 0 <= max_drop < 1:
+        raise ValueError(f"max_drop must be in [0, 1), got {max_drop}")
+    mask = np.ones(model.n_heads)
+    start = accuracy(model, *test_data, mask)
+    steps = [PruningStep(None, mask.copy(), start)]
+    while mask.sum() > 1:
+        if score == "ablation":
+            importance = ablation_drops(model, *select_data, mask)
+        else:
+            importance = gradient_importance(model, *select_data, mask)
+        alive = np.flatnonzero(mask)
+        weakest = int(alive[np.argmin(importance[alive])])
+        trial = mask.copy()
+        trial[weakest] = 0.0
+        acc = accuracy(model, *test_data, trial)
+        if start - acc > max_drop:
+            break
+        mask = trial
+        steps.append(PruningStep(weakest, mask.copy(), acc))
+    return steps
+
+
+def ranks(values) -> np.ndarray:
+    """Ranks 1..n (1 = smallest); tied values share the mean of their ranks."""
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1:
+        raise ValueError(f"ranks expects a 1-D array, got shape {values.shape}")
+    order = np.argsort(values, kind="stable")
+    result = np.empty(len(values))
+    result[order] = np.arange(1, len(values) + 1)
+    for v in np.unique(values):
+        tied = values == v
+        result[tied] = result[tied].mean()
+    return result
+
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation: the Pearson correlation of the two rank vectors."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1 or len(a) < 2:
+        raise ValueError(
+            f"spearman needs two 1-D arrays of the same length >= 2, got {a.shape} and {b.shape}"
+        )
+    ra, rb = ranks(a) - (len(a) + 1) / 2, ranks(b) - (len(b) + 1) / 2
+    denom = np.sqrt((ra**2).sum() * (rb**2).sum())
+    if denom == 0:
+        raise ValueError("spearman is undefined when one of the inputs is constant")
+    return float((ra * rb).sum() / denom)

@@ -1,0 +1,365 @@
+"""A tiny trainable attention model in NumPy, its tasks and its optimiser (notebooks 05, 06).
+
+The model: token embedding + position embedding -> one causal multi-head attention layer
+-> a linear readout to class scores, at every position::
+
+    x = tok_emb[ids] + pos_emb[:n]          # (batch, n, d)
+    a = MHA(x, x, causal mask, head_mask)   # (batch, n, d)
+    logits = a @ W_out + b_out              # (batch, n, classes)
+
+No residual connection, no MLP, no LayerNorm: whatever the readout knows, the attention
+layer had to bring to that position. Parameters live in a plain dict of arrays so that
+the optimiser and the gradient check can walk over them by name.
+
+Tasks give (ids, targets) with targets = -1 where a position has nothing to predict;
+those positions count neither in the loss nor in the accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .attention import MHAParams, causal_mask
+from .backprop import mha_backward, mha_forward
+
+IGNORE = -1  # target value of a position that is not scored
+
+# --------------------------------------------------------------------------- tasks
+
+
+def repeating_pattern_task(
+    n_seqs: int, seq_len: int, vocab_size: int, period: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """The seed tutorial's task: a random pattern of ``period`` tokens, repeated.
+
+    The target at position i is the next token, x[i + 1] = x[i + 1 - period]. It can only
+    be known once the pattern has been seen, so positions i < period - 1 get target -1
+    (not scored). One head that looks ``period - 1`` tokens back solves it.
+    Returns ids (n_seqs, seq_len) and targets (n_seqs, seq_len), both int64.
+    """
+    _check_task_args(n_seqs, seq_len, vocab_size)
+    if not 1 <= period < seq_len:
+        raise ValueError(f"period must be in 1..seq_len-1 = 1..{seq_len - 1}, got {period}")
+    patterns = rng.integers(0, vocab_size, size=(n_seqs, period))
+    reps = math.ceil((seq_len + 1) / period)
+    full = np.tile(patterns, reps)[:, : seq_len + 1]  # (n_seqs, seq_len + 1)
+    ids, targets = full[:, :-1].copy(), full[:, 1:].copy()
+    targets[:, : period - 1] = IGNORE
+    return ids, targets
+
+
+def copy_offsets_task(
+    n_seqs: int,
+    seq_len: int,
+    vocab_size: int,
+    offsets: tuple[int, ...],
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Random tokens; at position i, answer every x[i - o] for o in ``offsets``.
+
+    Each offset is its own answer ("slot"), read by its own readout: the model needs
+    all of them right at once. Positions i < max(offsets) have no answer and get -1.
+    Returns ids (n_seqs, seq_len) and targets (n_seqs, seq_len, len(offsets)), int64.
+    """
+    _check_task_args(n_seqs, seq_len, vocab_size)
+    offsets = tuple(int(o) for o in offsets)
+    if (
+        not offsets
+        or len(set(offsets)) != len(offsets)
+        or not all(1 <= o < seq_len for o in offsets)
+    ):
+        raise ValueError(
+            f"offsets must be different numbers in 1..seq_len-1 = 1..{seq_len - 1}, got {offsets}"
+        )
+    ids = rng.integers(0, vocab_size, size=(n_seqs, seq_len))
+    targets = np.full((n_seqs, seq_len, len(offsets)), IGNORE, dtype=ids.dtype)
+    start = max(offsets)
+    for slot, o in enumerate(offsets):
+        targets[:, start:, slot] = ids[:, start - o : seq_len - o]
+    return ids, targets
+
+
+def _check_task_args(n_seqs: int, seq_len: int, vocab_size: int) -> None:
+    for name, value, low in (
+        ("n_seqs", n_seqs, 1),
+        ("seq_len", seq_len, 2),
+        ("vocab_size", vocab_size, 2),
+    ):
+        if not isinstance(value, int | np.integer) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass
+class TinyModel:
+    """Embeddings -> causal multi-head attention -> linear readout.
+
+    params: tok_emb (vocab, d), pos_emb (max_len, d), W_q W_k W_v W_o (d, d),
+    b_q b_k b_v b_o (d,), W_out (d, slots * classes), b_out (slots * classes,).
+    The readout gives ``n_slots`` independent answers per position (one for most tasks),
+    each a choice among ``n_classes``: logits have shape (batch, n, slots, classes).
+    """
+
+    params: dict[str, np.ndarray]
+    n_heads: int
+    n_slots: int = 1
+
+    @property
+    def d_model(self) -> int:
+        return self.params["tok_emb"].shape[1]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.params["tok_emb"].shape[0]
+
+    @property
+    def max_len(self) -> int:
+        return self.params["pos_emb"].shape[0]
+
+    @property
+    def n_classes(self) -> int:
+        return self.params["W_out"].shape[1] // self.n_slots
+
+    def mha_params(self) -> MHAParams:
+        p = self.params
+        return MHAParams(
+            p["W_q"], p["W_k"], p["W_v"], p["W_o"], self.n_heads,
+            p["b_q"], p["b_k"], p["b_v"], p["b_o"],
+        )  # fmt: skip
+
+    def forward(self, ids: np.ndarray, head_mask: np.ndarray | None = None):
+        """Logits (batch, n, slots, classes), weights (batch, heads, n, n) and a cache."""
+        ids = self._check_ids(ids)
+        batch, n = ids.shape
+        x = self.params["tok_emb"][ids] + self.params["pos_emb"][:n]  # (batch, n, d)
+        a, weights, mha_cache = mha_forward(x, x, self.mha_params(), causal_mask(n), head_mask)
+        logits = a @ self.params["W_out"] + self.params["b_out"]  # (batch, n, slots * classes)
+        logits = logits.reshape(batch, n, self.n_slots, self.n_classes)
+        return logits, weights, (ids, a, mha_cache)
+
+    def backward(self, d_logits: np.ndarray, cache) -> dict[str, np.ndarray]:
+        """Gradients of every parameter (and of the head mask) from dL/dlogits."""
+        ids, a, mha_cache = cache
+        p = self.params
+        d_logits = d_logits.reshape(*ids.shape, -1)  # (batch, n, slots * classes)
+        grads = {
+            "W_out": np.einsum("bni,bnj->ij", a, d_logits),
+            "b_out": d_logits.sum(axis=(0, 1)),
+        }
+        mha_grads = mha_backward(d_logits @ p["W_out"].T, mha_cache)
+        d_x = mha_grads.pop("x_q") + mha_grads.pop("x_kv")  # self-attention: x is both
+        grads.update(mha_grads)
+        grads["tok_emb"] = np.zeros_like(p["tok_emb"])
+        np.add.at(grads["tok_emb"], ids, d_x)
+        grads["pos_emb"] = np.zeros_like(p["pos_emb"])
+        grads["pos_emb"][: ids.shape[1]] = d_x.sum(axis=0)
+        return grads
+
+    def loss_and_grads(self, ids, targets, head_mask=None):
+        """Mean cross-entropy over scored answers, and the gradients of everything.
+
+        targets: (batch, n, slots), or (batch, n) when the model has one slot.
+        """
+        logits, _, cache = self.forward(ids, head_mask)
+        loss, d_logits = cross_entropy(logits, self._slotted(targets))
+        return loss, self.backward(d_logits, cache)
+
+    def predict(self, ids, head_mask=None) -> np.ndarray:
+        """The most likely class of every answer, (batch, n, slots)."""
+        logits, _, _ = self.forward(ids, head_mask)
+        return logits.argmax(axis=-1)
+
+    def _slotted(self, targets) -> np.ndarray:
+        targets = np.asarray(targets)
+        if targets.ndim == 2 and self.n_slots == 1:
+            targets = targets[..., None]
+        return targets
+
+    def _check_ids(self, ids) -> np.ndarray:
+        ids = np.asarray(ids)
+        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(
+                f"ids must be integers of shape (batch, n), got {ids.dtype} {ids.shape}"
+            )
+        if ids.shape[1] > self.max_len:
+            raise ValueError(
+                f"sequences of length {ids.shape[1]} are longer than the model's "
+                f"max_len={self.max_len}"
+            )
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(
+                f"token ids must be in 0..{self.vocab_size - 1}, got values from "
+                f"{ids.min()} to {ids.max()}"
+            )
+        return ids
+
+
+def init_tiny_model(
+    vocab_size: int,
+    max_len: int,
+    d_model: int,
+    n_heads: int,
+    n_classes: int,
+    rng: np.random.Generator,
+    n_slots: int = 1,
+    dtype=np.float64,
+) -> TinyModel:
+    """Embeddings N(0, 1); square weights Glorot-uniform; readout N(0, 1/d); biases 0."""
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by n_heads={n_heads}; valid head counts are "
+            f"{[h for h in range(1, d_model + 1) if d_model % h == 0]}"
+        )
+    limit = math.sqrt(6.0 / (2 * d_model))
+    p = {
+        "tok_emb": rng.normal(0.0, 1.0, (vocab_size, d_model)),
+        "pos_emb": rng.normal(0.0, 1.0, (max_len, d_model)),
+    }
+    for name in ("W_q", "W_k", "W_v", "W_o"):
+        p[name] = rng.uniform(-limit, limit, (d_model, d_model))
+    for name in ("b_q", "b_k", "b_v", "b_o"):
+        p[name] = np.zeros(d_model)
+    p["W_out"] = rng.normal(0.0, 1.0 / math.sqrt(d_model), (d_model, n_slots * n_classes))
+    p["b_out"] = np.zeros(n_slots * n_classes)
+    return TinyModel({k: v.astype(dtype) for k, v in p.items()}, n_heads, n_slots)
+
+
+# --------------------------------------------------------------------------- loss
+
+
+def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean cross-entropy over the answers whose target is not -1, and dL/dlogits.
+
+    logits (..., classes); targets (...) ints in 0..classes-1, or -1 for "not scored".
+    """
+    logits = np.asarray(logits)
+    targets = np.asarray(targets)
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"targets must have shape {logits.shape[:-1]} to match logits {logits.shape}, "
+            f"got {targets.shape}"
+        )
+    n_classes = logits.shape[-1]
+    scored = targets != IGNORE
+    if targets[scored].size and (targets[scored].min() < 0 or targets[scored].max() >= n_classes):
+        raise ValueError(f"targets must be in 0..{n_classes - 1} (or -1 to skip a position)")
+    count = int(scored.sum())
+    if count == 0:
+        raise ValueError("no position has a target (all targets are -1)")
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    safe_targets = np.where(scored, targets, 0)
+    picked = np.take_along_axis(log_probs, safe_targets[..., None], axis=-1)[..., 0]
+    loss = -float(picked[scored].sum()) / count
+    d_logits = np.exp(log_probs)
+    np.put_along_axis(
+        d_logits,
+        safe_targets[..., None],
+        np.take_along_axis(d_logits, safe_targets[..., None], -1) - 1,
+        -1,
+    )
+    d_logits *= scored[..., None] / count
+    return loss, d_logits
+
+
+def accuracy(model: TinyModel, ids, targets, head_mask=None) -> float:
+    """Fraction of scored positions whose answers (every slot) are all right.
+
+    A position is scored when its targets are not -1.
+    """
+    targets = model._slotted(targets)
+    scored = (targets != IGNORE).all(axis=-1)  # (batch, n)
+    if not scored.any():
+        raise ValueError("no position has a target (all targets are -1)")
+    right = (model.predict(ids, head_mask) == targets).all(axis=-1)  # (batch, n)
+    return float(right[scored].mean())
+
+
+# --------------------------------------------------------------------------- Adam
+
+
+@dataclass
+class Adam:
+    """Adam (Kingma & Ba, 2015), updating a dict of arrays in place.
+
+    m and v are running averages of the gradient and of its square; dividing by
+    (1 - beta**t) removes their bias towards 0 in the first steps.
+    """
+
+    lr: float = 1e-2
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    t: int = 0
+    m: dict[str, np.ndarray] = field(default_factory=dict)
+    v: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def step(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> None:
+        self.t += 1
+        for name, value in params.items():
+            g = grads[name]
+            if g.shape != value.shape:
+                raise ValueError(f"gradient of {name} has shape {g.shape}, parameter {value.shape}")
+            if name not in self.m:
+                self.m[name] = np.zeros_like(value)
+                self.v[name] = np.zeros_like(value)
+            m, v = self.m[name], self.v[name]
+            m *= self.beta1
+            m += (1 - self.beta1) * g
+            v *= self.beta2
+            v += (1 - self.beta2) * g * g
+            m_hat = m / (1 - self.beta1**self.t)
+            v_hat = v / (1 - self.beta2**self.t)
+            value -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass
+class TrainLog:
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+
+    def steps_to(self, target_accuracy: float) -> int | None:
+        """First logged step whose accuracy reached the target, or None."""
+        for step, acc in zip(self.steps, self.accuracy, strict=True):
+            if acc >= target_accuracy:
+                return step
+        return None
+
+
+def train(
+    model: TinyModel,
+    make_batch,
+    eval_data: tuple[np.ndarray, np.ndarray],
+    n_steps: int,
+    rng: np.random.Generator,
+    lr: float = 1e-2,
+    eval_every: int = 50,
+    stop_at: float | None = None,
+) -> TrainLog:
+    """Train with Adam on fresh batches ``make_batch(rng)``; log held-out accuracy.
+
+    Evaluates on ``eval_data`` every ``eval_every`` steps (and after the last step).
+    With ``stop_at``, stops early once the held-out accuracy reaches it.
+    """
+    optimiser = Adam(lr=lr)
+    log = TrainLog()
+    for step in range(1, n_steps + 1):
+        ids, targets = make_batch(rng)
+        loss, grads = model.loss_and_grads(ids, targets)
+        optimiser.step(model.params, grads)
+        if step % eval_every == 0 or step == n_steps:
+            log.steps.append(step)
+            log.loss.append(loss)
+            log.accuracy.append(accuracy(model, *eval_data))
+            if stop_at is not None and log.accuracy[-1] >= stop_at:
+                break
+    return log
