@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from lib import attention as A
-from lib import checks
+from lib import checks, pruning
 from lib import heads as H
 from lib import lists as L
+from lib import tiny as T
+from lib.backprop import softmax_backward
 from lib.checks import CheckFailed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +31,17 @@ def param_count(d, h, bias):
 
 def previous_token(w):
     return H.offset_score(w, -1)
+
+
+def cross_entropy_grad(logits, targets):
+    return T.cross_entropy(logits, targets)[1]
+
+
+def adam_step(param, grad, m, v, t, lr, beta1, beta2, eps):
+    m = beta1 * m + (1 - beta1) * grad
+    v = beta2 * v + (1 - beta2) * grad**2
+    m_hat, v_hat = m / (1 - beta1**t), v / (1 - beta2**t)
+    return param - lr * m_hat / (np.sqrt(v_hat) + eps), m, v
 
 
 # Every check, with the reference answer of its exercise.
@@ -45,6 +58,12 @@ REFERENCES = {
     "check_entropy": (checks.check_entropy, H.row_entropy),
     "check_previous_token_score": (checks.check_previous_token_score, previous_token),
     "check_head_similarity": (checks.check_head_similarity, H.head_similarity),
+    "check_softmax_backward": (checks.check_softmax_backward, softmax_backward),
+    "check_cross_entropy_grad": (checks.check_cross_entropy_grad, cross_entropy_grad),
+    "check_adam_step": (checks.check_adam_step, adam_step),
+    "check_ablation_drops": (checks.check_ablation_drops, pruning.ablation_drops),
+    "check_gradient_importance": (checks.check_gradient_importance, pruning.gradient_importance),
+    "check_spearman": (checks.check_spearman, pruning.spearman),
 }
 
 

@@ -1,0 +1,212 @@
+"""Backpropagation through multi-head attention (lib.backprop), checked in float64.
+
+The reference for every gradient is a central finite difference of the loss, computed
+element by element; the issue asks for a relative error below 1e-6 on every parameter.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lib import attention as A
+from lib.backprop import mha_backward, mha_forward, softmax_backward
+
+EPS = 1e-6
+
+
+def relative_error(analytic: np.ndarray, numeric: np.ndarray) -> float:
+    scale = np.linalg.norm(analytic) + np.linalg.norm(numeric)
+    return float(np.linalg.norm(analytic - numeric) / scale)
+
+
+def numeric_gradient(loss, array: np.ndarray) -> np.ndarray:
+    """Central differences of loss() with respect to every entry of ``array`` (in place)."""
+    grad = np.zeros_like(array)
+    for index in np.ndindex(array.shape):
+        old = array[index]
+        array[index] = old + EPS
+        up = loss()
+        array[index] = old - EPS
+        down = loss()
+        array[index] = old
+        grad[index] = (up - down) / (2 * EPS)
+    return grad
+
+
+def make_case(seed, batch=2, n_q=4, n_k=5, d=6, heads=2, bias=True, mask="causal"):
+    rng = np.random.default_rng(seed)
+    params = A.init_mha_params(d, heads, rng, bias=bias)
+    x_q = rng.normal(size=(batch, n_q, d))
+    x_kv = rng.normal(size=(batch, n_k, d))
+    if mask == "causal":
+        mask = A.causal_mask(n_q, n_k)
+    elif mask == "padding":
+        mask = A.padding_mask([n_k, 2][:batch], n_k)
+    upstream = rng.normal(size=(batch, n_q, d))  # loss = sum(out * upstream)
+    return params, x_q, x_kv, mask, upstream
+
+
+def check_all_gradients(params, x_q, x_kv, mask, upstream, head_mask):
+    def loss():
+        out, _, _ = mha_forward(x_q, x_kv, params, mask, head_mask)
+        return float((out * upstream).sum())
+
+    _, _, cache = mha_forward(x_q, x_kv, params, mask, head_mask)
+    grads = mha_backward(upstream, cache)
+    names = ["W_q", "W_k", "W_v", "W_o"] + (["b_q", "b_v", "b_o"] if params.has_bias else [])
+    arrays = {name: getattr(params, name) for name in names}
+    arrays.update(x_q=x_q, x_kv=x_kv, head_mask=head_mask)
+    for name, array in arrays.items():
+        numeric = numeric_gradient(loss, array)
+        assert relative_error(grads[name], numeric) < 1e-6, name
+    if params.has_bias:
+        # adding b_k moves every score of a row by the same q . b_k: no weight changes, so
+        # the exact gradient is 0 and a relative error means nothing; check it is ~0
+        assert np.abs(grads["b_k"]).max() < 1e-12
+        assert np.abs(numeric_gradient(loss, params.b_k)).max() < 1e-8
+    return grads
+
+
+@pytest.mark.parametrize("mask", ["causal", "padding", None])
+@pytest.mark.parametrize("bias", [True, False])
+def test_gradients_match_finite_differences(mask, bias):
+    params, x_q, x_kv, mask, upstream = make_case(0, bias=bias, mask=mask)
+    head_mask = np.array([1.0, 0.6])
+    grads = check_all_gradients(params, x_q, x_kv, mask, upstream, head_mask)
+    assert ("b_q" in grads) == bias
+
+
+def test_per_sequence_head_mask_gradient():
+    params, x_q, x_kv, mask, upstream = make_case(1, batch=3, heads=3)
+    head_mask = np.array([[1.0, 0.5, 0.0], [1.0, 1.0, 1.0], [0.2, 0.0, 1.0]])  # (batch, heads)
+    grads = check_all_gradients(params, x_q, x_kv, mask, upstream, head_mask)
+    assert grads["head_mask"].shape == (3, 3)
+
+
+def test_self_attention_gradient_of_the_shared_input():
+    """With x passed as both x_q and x_kv, dL/dx = grad x_q + grad x_kv."""
+    params, x, _, _, upstream = make_case(2, n_q=5, n_k=5)
+    mask = A.causal_mask(5)
+
+    def loss():
+        out, _, _ = mha_forward(x, x, params, mask)
+        return float((out * upstream).sum())
+
+    _, _, cache = mha_forward(x, x, params, mask)
+    grads = mha_backward(upstream, cache)
+    numeric = numeric_gradient(loss, x)
+    assert relative_error(grads["x_q"] + grads["x_kv"], numeric) < 1e-6
+
+
+def test_a_query_with_nothing_to_attend_to_passes_no_gradient_to_the_keys():
+    params, x_q, x_kv, _, upstream = make_case(3, n_q=3, n_k=4, mask=None)
+    mask = np.ones((3, 4), dtype=bool)
+    mask[1] = False  # query 1 sees nothing
+    out, weights, cache = mha_forward(x_q, x_kv, params, mask)
+    assert np.isfinite(out).all() and (weights[:, :, 1] == 0).all()
+    only_row_1 = np.zeros_like(upstream)
+    only_row_1[:, 1] = upstream[:, 1]
+    grads = mha_backward(only_row_1, cache)
+    assert np.abs(grads["x_kv"]).max() == 0.0
+    assert np.abs(grads["W_q"]).max() == 0.0
+    check_all_gradients(params, x_q, x_kv, mask, upstream, np.ones(2))
+
+
+@given(
+    seed=st.integers(0, 2**16),
+    batch=st.integers(1, 3),
+    n_q=st.integers(1, 5),
+    n_k=st.integers(1, 5),
+    heads=st.sampled_from([1, 2, 4]),
+    bias=st.booleans(),
+    causal=st.booleans(),
+)
+def test_forward_equals_lib_multi_head_attention(seed, batch, n_q, n_k, heads, bias, causal):
+    rng = np.random.default_rng(seed)
+    params = A.init_mha_params(8, heads, rng, bias=bias)
+    x_q = rng.normal(size=(batch, n_q, 8))
+    x_kv = rng.normal(size=(batch, n_k, 8))
+    mask = A.causal_mask(n_q, n_k) if causal else None
+    out, weights, _ = mha_forward(x_q, x_kv, params, mask)
+    ref_out, ref_weights = A.multi_head_attention(x_q, x_kv, params, mask)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(weights, ref_weights, rtol=1e-12, atol=1e-12)
+
+
+def test_head_mask_zero_removes_exactly_that_head():
+    """Zeroing head h equals a layer whose W_o rows for head h are zero."""
+    params, x_q, x_kv, mask, _ = make_case(4, heads=3)
+    out, _, _ = mha_forward(x_q, x_kv, params, mask, head_mask=np.array([1.0, 0.0, 1.0]))
+    W_o = params.W_o.copy()
+    W_o[params.d_k : 2 * params.d_k] = 0.0
+    cut = A.MHAParams(
+        params.W_q, params.W_k, params.W_v, W_o, params.n_heads,
+        params.b_q, params.b_k, params.b_v, params.b_o,
+    )  # fmt: skip
+    ref, _ = A.multi_head_attention(x_q, x_kv, cut, mask)
+    np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- softmax backward
+
+
+@given(seed=st.integers(0, 2**16), n=st.integers(1, 6), axis=st.sampled_from([-1, 0]))
+def test_softmax_backward_equals_the_jacobian(seed, n, axis):
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(size=(n, n + 1)) * 3
+    p = A.softmax(scores, axis=axis)
+    g = rng.normal(size=p.shape)
+    got = softmax_backward(p, g, axis=axis)
+    # the explicit Jacobian J_ij = p_i (delta_ij - p_j), one slice at a time
+    expected = np.zeros_like(p)
+    moved_p, moved_g = np.moveaxis(p, axis, -1), np.moveaxis(g, axis, -1)
+    moved_e = np.moveaxis(expected, axis, -1)
+    for row in np.ndindex(moved_p.shape[:-1]):
+        pr = moved_p[row]
+        jac = np.diag(pr) - np.outer(pr, pr)
+        moved_e[row] = jac.T @ moved_g[row]
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_softmax_backward_finite_differences_and_masked_keys():
+    rng = np.random.default_rng(9)
+    scores = rng.normal(size=(3, 5))
+    scores[:, 4] = -np.inf  # a masked key
+    g = rng.normal(size=(3, 5))
+
+    def loss():
+        return float((A.softmax(scores) * g).sum())
+
+    numeric = numeric_gradient(loss, scores[:, :4])
+    got = softmax_backward(A.softmax(scores), g)
+    assert relative_error(got[:, :4], numeric) < 1e-6
+    assert (got[:, 4] == 0).all()
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_bad_inputs_name_the_shapes():
+    params, x_q, x_kv, mask, upstream = make_case(5)
+    with pytest.raises(ValueError, match=r"head_mask must have shape .*\(2,\).*got \(3,\)"):
+        mha_forward(x_q, x_kv, params, mask, head_mask=np.ones(3))
+    with pytest.raises(
+        ValueError, match=r"x_q must be \(batch, n, d_model=6\), got shape \(4, 6\)"
+    ):
+        mha_forward(x_q[0], x_kv, params)
+    with pytest.raises(ValueError, match="mask must be boolean"):
+        mha_forward(x_q, x_kv, params, mask.astype(float))
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 5\) does not broadcast"):
+        mha_forward(x_q, x_kv, params, np.ones((3, 5), dtype=bool))
+    with pytest.raises(ValueError, match="contains NaN"):
+        bad = x_q.copy()
+        bad[0, 1, 2] = np.nan
+        mha_forward(bad, x_kv, params)
+    with pytest.raises(ValueError, match="head_mask contains NaN"):
+        mha_forward(x_q, x_kv, params, head_mask=np.array([1.0, np.nan]))
+    _, _, cache = mha_forward(x_q, x_kv, params, mask)
+    with pytest.raises(ValueError, match=r"d_out must have the output's shape \(2, 4, 6\)"):
+        mha_backward(upstream[:, :3], cache)
+    with pytest.raises(ValueError, match=r"same shape, got \(2, 3\) and \(3, 2\)"):
+        softmax_backward(np.ones((2, 3)) / 3, np.ones((3, 2)))

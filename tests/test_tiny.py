@@ -1,0 +1,201 @@
+"""The tiny model, its tasks, cross-entropy and Adam (lib.tiny)."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.special import log_softmax
+from test_backprop import numeric_gradient, relative_error
+
+from lib import tiny as T
+
+
+def small_model(seed=0, n_heads=2, n_slots=2, d=8, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    model = T.init_tiny_model(5, 7, d, n_heads, 4, rng, n_slots=n_slots, dtype=dtype)
+    for name in ("b_q", "b_v", "b_o", "b_out"):  # non-zero biases, so their gradients show
+        model.params[name] += rng.normal(0.0, 0.3, model.params[name].shape)
+    return model
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def test_repeating_pattern_targets_are_the_next_token():
+    ids, targets = T.repeating_pattern_task(20, 12, 5, 3, np.random.default_rng(0))
+    assert ids.shape == targets.shape == (20, 12)
+    np.testing.assert_array_equal(ids[:, 3:], ids[:, :-3])  # period 3
+    np.testing.assert_array_equal(targets[:, 2:-1], ids[:, 3:])  # the next token...
+    assert (targets[:, :2] == T.IGNORE).all()  # ...once the pattern has been seen
+    assert (targets[:, 2:] >= 0).all()
+    np.testing.assert_array_equal(targets[:, 2:], ids[:, :-2])  # = the token period-1 back
+
+
+def test_copy_offsets_targets():
+    ids, targets = T.copy_offsets_task(10, 9, 6, (1, 3), np.random.default_rng(1))
+    assert targets.shape == (10, 9, 2)
+    assert (targets[:, :3] == T.IGNORE).all()
+    np.testing.assert_array_equal(targets[:, 3:, 0], ids[:, 2:-1])
+    np.testing.assert_array_equal(targets[:, 3:, 1], ids[:, :-3])
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda r: T.repeating_pattern_task(4, 6, 5, 6, r), "period must be in 1..seq_len-1"),
+        (lambda r: T.repeating_pattern_task(0, 6, 5, 2, r), "n_seqs must be an integer >= 1"),
+        (lambda r: T.copy_offsets_task(4, 6, 5, (1, 1), r), "offsets must be different"),
+        (lambda r: T.copy_offsets_task(4, 6, 5, (0, 2), r), r"1\.\.5, got \(0, 2\)"),
+        (lambda r: T.copy_offsets_task(4, 6, 1, (1,), r), "vocab_size must be an integer >= 2"),
+    ],
+)
+def test_bad_task_arguments(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(np.random.default_rng(0))
+
+
+# --------------------------------------------------------------------------- loss
+
+
+@given(seed=st.integers(0, 2**16), classes=st.integers(2, 6))
+def test_cross_entropy_matches_scipy_log_softmax(seed, classes):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(2, 4, classes)) * 5
+    targets = rng.integers(-1, classes, size=(2, 4))
+    targets[0, 0] = 0  # at least one scored answer
+    loss, _ = T.cross_entropy(logits, targets)
+    scored = targets != -1
+    picked = np.take_along_axis(log_softmax(logits, axis=-1), np.maximum(targets, 0)[..., None], -1)
+    assert loss == pytest.approx(-picked[..., 0][scored].mean(), rel=1e-12)
+
+
+def test_cross_entropy_gradient_by_finite_differences():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(2, 3, 5))
+    targets = np.array([[1, -1, 4], [0, 2, -1]])
+    _, grad = T.cross_entropy(logits, targets)
+    numeric = numeric_gradient(lambda: T.cross_entropy(logits, targets)[0], logits)
+    assert relative_error(grad, numeric) < 1e-6
+    assert (grad[0, 1] == 0).all() and (grad[1, 2] == 0).all()
+
+
+def test_cross_entropy_bad_inputs():
+    logits = np.zeros((2, 3, 4))
+    with pytest.raises(ValueError, match=r"targets must have shape \(2, 3\).*got \(2, 4\)"):
+        T.cross_entropy(logits, np.zeros((2, 4), dtype=int))
+    with pytest.raises(ValueError, match=r"targets must be in 0\.\.3"):
+        T.cross_entropy(logits, np.full((2, 3), 4))
+    with pytest.raises(ValueError, match="all targets are -1"):
+        T.cross_entropy(logits, np.full((2, 3), -1))
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@pytest.mark.parametrize("n_heads, n_slots", [(1, 1), (2, 2), (4, 3)])
+def test_model_gradients_match_finite_differences(n_heads, n_slots):
+    """Every parameter, float64, relative error below 1e-6 (b_k: exactly 0, see below)."""
+    model = small_model(n_heads=n_heads, n_slots=n_slots)
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, 5, size=(3, 6))
+    targets = rng.integers(0, 4, size=(3, 6, n_slots))
+    targets[:, 0] = -1
+    ids[0, :] = 2  # a repeated token: its embedding's gradient is a sum over positions
+    head_mask = np.linspace(1.0, 0.5, n_heads)
+
+    def loss():
+        return model.loss_and_grads(ids, targets, head_mask)[0]
+
+    _, grads = model.loss_and_grads(ids, targets, head_mask)
+    for name, array in model.params.items():
+        numeric = numeric_gradient(loss, array)
+        if name == "b_k":  # shifts every score of a row equally: no effect on the loss
+            assert np.abs(grads[name]).max() < 1e-12 and np.abs(numeric).max() < 1e-8
+            continue
+        assert relative_error(grads[name], numeric) < 1e-6, name
+    assert relative_error(grads["head_mask"], numeric_gradient(loss, head_mask)) < 1e-6
+    assert set(grads) == set(model.params) | {"head_mask"}
+
+
+def test_unused_positions_and_tokens_get_zero_gradient():
+    model = small_model()
+    ids = np.array([[0, 1, 0, 1]])  # tokens 2..4 unused; positions 4..6 unused
+    targets = np.zeros((1, 4, 2), dtype=int)
+    _, grads = model.loss_and_grads(ids, targets)
+    assert (grads["tok_emb"][2:] == 0).all() and (grads["tok_emb"][:2] != 0).any()
+    assert (grads["pos_emb"][4:] == 0).all()
+
+
+def test_accuracy_needs_every_slot_right():
+    model = small_model(n_slots=2)
+    ids = np.random.default_rng(5).integers(0, 5, size=(4, 6))
+    predicted = model.predict(ids)  # (batch, n, slots)
+    targets = predicted.copy()
+    assert T.accuracy(model, ids, targets) == 1.0
+    targets[:, :, 1] = (targets[:, :, 1] + 1) % 4  # second slot always wrong
+    assert T.accuracy(model, ids, targets) == 0.0
+    targets[:, :3] = -1  # unscored positions do not count
+    targets[:, 3:] = predicted[:, 3:]
+    assert T.accuracy(model, ids, targets) == 1.0
+
+
+def test_model_bad_inputs():
+    model = small_model()
+    with pytest.raises(ValueError, match=r"token ids must be in 0\.\.4, got values from 0 to 5"):
+        model.forward(np.array([[0, 5]]))
+    with pytest.raises(ValueError, match="longer than the model's max_len=7"):
+        model.forward(np.zeros((1, 8), dtype=int))
+    with pytest.raises(ValueError, match=r"ids must be integers of shape \(batch, n\)"):
+        model.forward(np.zeros((1, 3)))
+    with pytest.raises(ValueError, match="valid head counts are"):
+        T.init_tiny_model(5, 7, 6, 4, 4, np.random.default_rng(0))
+
+
+# --------------------------------------------------------------------------- Adam
+
+
+def test_adam_first_step_moves_every_weight_by_lr_against_the_gradient_sign():
+    """At t = 1 the bias-corrected m / sqrt(v) is g / |g|: a known property of Adam."""
+    params = {"w": np.array([1.0, -2.0, 3.0])}
+    grads = {"w": np.array([0.5, -1e-3, 40.0])}
+    T.Adam(lr=0.1, eps=0.0).step(params, grads)
+    np.testing.assert_allclose(params["w"], [0.9, -1.9, 2.9], rtol=1e-14)
+
+
+def test_adam_matches_algorithm_1_of_the_paper_over_several_steps():
+    rng = np.random.default_rng(6)
+    w = rng.normal(size=5)
+    params = {"w": w.copy()}
+    opt = T.Adam(lr=0.01, beta1=0.8, beta2=0.99, eps=1e-6)
+    m = v = np.zeros(5)
+    for t in range(1, 6):
+        g = rng.normal(size=5)
+        opt.step(params, {"w": g})
+        m = 0.8 * m + 0.2 * g
+        v = 0.99 * v + 0.01 * g * g
+        w = w - 0.01 * (m / (1 - 0.8**t)) / (np.sqrt(v / (1 - 0.99**t)) + 1e-6)
+    np.testing.assert_allclose(params["w"], w, rtol=1e-13)
+
+
+def test_adam_refuses_a_gradient_of_the_wrong_shape():
+    with pytest.raises(ValueError, match=r"gradient of w has shape \(2,\), parameter \(3,\)"):
+        T.Adam().step({"w": np.zeros(3)}, {"w": np.zeros(2)})
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_training_solves_the_repeating_pattern_task():
+    rng = np.random.default_rng(0)
+    model = T.init_tiny_model(5, 12, 16, 2, 5, rng)
+
+    def batch(r):
+        return T.repeating_pattern_task(32, 12, 5, 3, r)
+
+    held_out = T.repeating_pattern_task(128, 12, 5, 3, np.random.default_rng(99))
+    before = T.accuracy(model, *held_out)
+    log = T.train(model, batch, held_out, 200, rng, eval_every=20, stop_at=1.0)
+    assert before < 0.5
+    assert log.accuracy[-1] == 1.0
+    assert log.steps_to(1.0) == log.steps[-1] <= 200
+    assert log.loss[-1] < log.loss[0]
