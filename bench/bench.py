@@ -20,6 +20,7 @@ import numpy as np
 
 from lib import attention as A
 from lib import lists as L
+from lib import tiny as T
 
 
 def interleaved_medians(contenders: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
@@ -162,6 +163,43 @@ def bench_gflops(reps: int) -> None:
             )
 
 
+# --------------------------------------------------------------------------- training
+
+
+def bench_training(reps: int) -> None:
+    """Training steps per second of notebook 05/06's tiny model (forward, backward, Adam)."""
+    from threadpoolctl import threadpool_limits
+
+    print("\n== Tiny model training (notebooks 05-06): one step = forward + backward + Adam ==")
+    print("batch 32 x seq 12, float64; steps/s from the median step time; threads = BLAS threads")
+    print(
+        f"  {'d':>3} {'h':>3} {'slots':>5} {'1 thread':>12} {'2 threads':>12} {'2t speed-up':>11}"
+    )
+    rng = np.random.default_rng(0)
+    for d, h, offsets in (
+        (16, 1, (1, 2, 3)),
+        (16, 4, (1, 2, 3)),
+        (16, 16, (1, 2, 3)),
+        (32, 8, (1, 3)),
+    ):
+        model = T.init_tiny_model(8, 12, d, h, 8, rng, n_slots=len(offsets))
+        optimiser = T.Adam()
+        ids, targets = T.copy_offsets_task(32, 12, 8, offsets, rng)
+
+        def step(model=model, optimiser=optimiser, ids=ids, targets=targets):
+            _, grads = model.loss_and_grads(ids, targets)
+            optimiser.step(model.params, grads)
+
+        times = {}
+        for threads in (1, 2):
+            with threadpool_limits(threads):
+                times[threads] = interleaved_medians({"step": step}, reps * 10)["step"]
+        print(
+            f"  {d:3d} {h:3d} {len(offsets):5d} {1 / times[1]:8.0f} st/s {1 / times[2]:8.0f} st/s "
+            f"{times[1] / times[2]:10.2f}x"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -173,6 +211,7 @@ def main() -> None:
     bench_lists_vs_numpy(reps)
     bench_loop_vs_reshape(reps)
     bench_gflops(reps)
+    bench_training(reps)
 
 
 if __name__ == "__main__":
