@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .attention import MHAParams, causal_mask
-from .backprop import mha_backward, mha_forward
+from .backprop import mha_backward, mha_forward, weight_gradient
 
 IGNORE = -1  # target value of a position that is not scored
 
@@ -148,7 +148,7 @@ class TinyModel:
         p = self.params
         d_logits = d_logits.reshape(*ids.shape, -1)  # (batch, n, slots * classes)
         grads = {
-            "W_out": np.einsum("bni,bnj->ij", a, d_logits),
+            "W_out": weight_gradient(a, d_logits),
             "b_out": d_logits.sum(axis=(0, 1)),
         }
         mha_grads = mha_backward(d_logits @ p["W_out"].T, mha_cache)
