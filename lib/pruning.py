@@ -68,22 +68,22 @@ def gradient_importance(model: TinyModel, ids, targets, head_mask=None) -> np.nd
 class PruningStep:
     removed: int | None  # head switched off at this step (None: the starting point)
     head_mask: np.ndarray  # (heads,) after this step
-    accuracy: float  # on the test data
+    accuracy: float  # on the selection data
 
 
 def prune_iteratively(
     model: TinyModel,
     select_data: tuple[np.ndarray, np.ndarray],
-    test_data: tuple[np.ndarray, np.ndarray],
     score: str = "ablation",
     max_drop: float = 0.01,
 ) -> list[PruningStep]:
     """Switch heads off one at a time, least important first, re-scoring after each.
 
-    Importance is measured on ``select_data`` (``score`` = "ablation" or "gradient");
-    accuracy is reported on ``test_data``. Pruning stops before the step that would take
-    the test accuracy more than ``max_drop`` below the unpruned accuracy, or when one
-    head is left. Returns every accepted step, starting with the unpruned model; the
+    Everything is decided on ``select_data``: the importance (``score`` = "ablation" or
+    "gradient") and the stopping rule. Pruning stops before the step that would take the
+    accuracy more than ``max_drop`` below the unpruned accuracy, or when one head is left.
+    Keep a separate test set to report the pruned model's accuracy: it must not have
+    chosen anything. Returns every accepted step, starting with the unpruned model; the
     last step's mask is the pruned model.
     """
     if score not in ("ablation", "gradient"):
@@ -91,7 +91,7 @@ def prune_iteratively(
     if not 0 <= max_drop < 1:
         raise ValueError(f"max_drop must be in [0, 1), got {max_drop}")
     mask = np.ones(model.n_heads)
-    start = accuracy(model, *test_data, mask)
+    start = accuracy(model, *select_data, mask)
     steps = [PruningStep(None, mask.copy(), start)]
     while mask.sum() > 1:
         if score == "ablation":
@@ -102,7 +102,7 @@ def prune_iteratively(
         weakest = int(alive[np.argmin(importance[alive])])
         trial = mask.copy()
         trial[weakest] = 0.0
-        acc = accuracy(model, *test_data, trial)
+        acc = accuracy(model, *select_data, trial)
         if start - acc > max_drop:
             break
         mask = trial

@@ -70,28 +70,30 @@ def test_a_head_whose_output_is_cut_has_zero_importance(trained):
 
 @pytest.mark.parametrize("score", ["ablation", "gradient"])
 def test_prune_iteratively_stops_before_losing_more_than_a_point(trained, score):
-    model, select, test = trained
-    steps = P.prune_iteratively(model, select, test, score=score, max_drop=0.01)
+    model, select, _ = trained
+    steps = P.prune_iteratively(model, select, score=score, max_drop=0.01)
     start = steps[0].accuracy
     assert steps[0].removed is None and steps[0].head_mask.tolist() == [1.0] * 4
     for before, after in zip(steps, steps[1:], strict=False):
         assert after.head_mask.sum() == before.head_mask.sum() - 1
         assert before.head_mask[after.removed] == 1 and after.head_mask[after.removed] == 0
         assert start - after.accuracy <= 0.01
-        assert after.accuracy == T.accuracy(model, *test, after.head_mask)
+        assert after.accuracy == T.accuracy(model, *select, after.head_mask)
     last = steps[-1].head_mask
     if last.sum() > 1:  # stopped because every next removal costs more than a point...
-        drops = P.ablation_drops(model, *test, head_mask=last)
-        accs = T.accuracy(model, *test, last) - drops
+        drops = P.ablation_drops(model, *select, head_mask=last)
+        accs = T.accuracy(model, *select, last) - drops
         alive = np.flatnonzero(last)
         assert (start - accs[alive]).max() > 0.01  # ...at least the one that was tried
     assert last.sum() >= 2  # the task needs two lookups
 
 
 def test_prune_iteratively_bad_arguments(trained):
-    model, select, test = trained
+    model, select, _ = trained
     with pytest.raises(ValueError, match='score must be "ablation" or "gradient"'):
-        P.prune_iteratively(model, select, test, score="random")
+        P.prune_iteratively(model, select, score="random")
+    with pytest.raises(ValueError, match=r"max_drop must be in \[0, 1\)"):
+        P.prune_iteratively(model, select, max_drop=1.0)
     with pytest.raises(ValueError, match=r"head_mask must have shape \(heads,\) = \(4,\)"):
         P.ablation_drops(model, *select, head_mask=np.ones(3))
 
