@@ -5,6 +5,8 @@
   (notebooks 02 and 03).
 - ``lib.heads``: entropy, offset scores and similarity of heads (notebook 04).
 - ``lib.plots``: heatmaps of heads, entropy bars, similarity matrices (notebook 04).
+- ``lib.torch_bridge``: our weights and masks to and from ``torch.nn.MultiheadAttention``
+  (notebook 08; imports torch when first used, and is not imported by ``import lib``).
 - ``lib.checks``: the checks that follow each exercise.
 
 The most used names are re-exported here, so ``from lib import multi_head_attention`` works.
