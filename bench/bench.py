@@ -6,25 +6,40 @@ time of each is reported. Absolute times are printed for orientation only.
 
     python bench/bench.py            # everything
     python bench/bench.py --quick    # fewer repetitions
+    python bench/bench.py --only torch --threads 2   # one section, two threads
 """
 
 from __future__ import annotations
 
-import argparse
-import random
-import statistics
-import time
-from collections.abc import Callable
+import os
 
-import numpy as np
+# NumPy (OpenBLAS) and torch (OpenMP) in one process: idle threads of one library spin and
+# take cores from the other. Let both put idle threads to sleep at once. These must be set
+# before either library is imported.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from lib import attention as A
-from lib import lists as L
-from lib import tiny as T
+import argparse  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from lib import attention as A  # noqa: E402
+from lib import lists as L  # noqa: E402
+from lib import tiny as T  # noqa: E402
 
 
-def interleaved_medians(contenders: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    """Median seconds per call of each contender, calls interleaved round-robin."""
+def interleaved_times(
+    contenders: dict[str, Callable[[], object]], reps: int
+) -> dict[str, list[float]]:
+    """Seconds of each call of each contender, calls interleaved round-robin.
+
+    Round r of every contender ran at nearly the same moment, so a ratio taken within one
+    round is little affected by the machine getting busier or quieter between rounds.
+    """
     for fn in contenders.values():  # warm-up
         fn()
     times: dict[str, list[float]] = {name: [] for name in contenders}
@@ -33,7 +48,24 @@ def interleaved_medians(contenders: dict[str, Callable[[], object]], reps: int) 
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def interleaved_medians(contenders: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+    """Median seconds per call of each contender, calls interleaved round-robin."""
+    times = interleaved_times(contenders, reps)
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def median_ratio(times: dict[str, list[float]], a: str, b: str) -> float:
+    """Median over rounds of time(a) / time(b): above 1, a is slower."""
+    return statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
+
+
+def spread(ts: list[float]) -> float:
+    """Interquartile range as a fraction of the median: how noisy the timings were."""
+    q1, _, q3 = statistics.quantiles(ts, n=4)
+    return (q3 - q1) / statistics.median(ts)
 
 
 def fmt_time(seconds: float) -> str:
@@ -99,6 +131,7 @@ SHAPES = [  # (batch, n, d_model, heads)
 
 def bench_loop_vs_reshape(reps: int) -> None:
     print("\n== Per-head loop vs reshape (self-attention, float64, no mask) ==")
+    print("reshape: A.multi_head_attention_reshape, the plain form notebook 03 derives")
     print("ratio > 1: the loop is slower than the reshape version")
     header = f"{'batch':>5} {'n':>5} {'d':>5} {'h':>3} {'reshape':>12} {'loop heads':>12}"
     print(header + f" {'loop b+h':>12} {'heads/reshape':>14} {'b+h/reshape':>12}")
@@ -108,7 +141,7 @@ def bench_loop_vs_reshape(reps: int) -> None:
         x = rng.normal(size=(batch, n, d))
         t = interleaved_medians(
             {
-                "reshape": lambda x=x, p=params: A.multi_head_attention(x, x, p),
+                "reshape": lambda x=x, p=params: A.multi_head_attention_reshape(x, x, p),
                 "heads": lambda x=x, p=params: A.multi_head_attention_per_head(x, x, p),
                 "b+h": lambda x=x, p=params: mha_loop_batch_and_heads(x, x, p),
             },
@@ -200,18 +233,195 @@ def bench_training(reps: int) -> None:
         )
 
 
+# --------------------------------------------------------------------------- lib vs PyTorch
+
+TORCH_SHAPES = [  # (batch, n, d_model, heads), from the issue
+    (16, 128, 256, 8),
+    (8, 512, 512, 8),
+    (2, 2048, 512, 8),
+]
+
+
+def _sdpa_module(d: int, h: int, dtype):
+    """Multi-head attention built on F.scaled_dot_product_attention: one fused QKV Linear,
+    SDPA on (batch, heads, n, d_k), the output Linear. What a hand-written torch layer
+    usually looks like."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class SDPAAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(d, 3 * d, dtype=dtype)
+            self.out = nn.Linear(d, d, dtype=dtype)
+
+        def forward(self, x, is_causal=False):
+            batch, n, _ = x.shape
+            qkv = self.qkv(x).view(batch, n, 3, h, d // h).permute(2, 0, 3, 1, 4)
+            heads = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=is_causal)
+            return self.out(heads.transpose(1, 2).reshape(batch, n, d))
+
+    return SDPAAttention().eval(), torch
+
+
+def _torch_layers_from_lib(params: A.MHAParams, dtype):
+    """nn.MultiheadAttention and the SDPA module holding lib's weights (torch: x @ W.T)."""
+    import torch
+    from torch import nn
+
+    d, h = params.d_model, params.n_heads
+    mha = nn.MultiheadAttention(d, h, batch_first=True, dtype=dtype).eval()
+    sdpa, _ = _sdpa_module(d, h, dtype)
+    w_in = np.concatenate([params.W_q, params.W_k, params.W_v], axis=1).T
+    b_in = np.concatenate([params.b_q, params.b_k, params.b_v])
+    with torch.no_grad():
+        for lin_w, lin_b, w_out, b_out in (
+            (mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias),
+            (sdpa.qkv.weight, sdpa.qkv.bias, sdpa.out.weight, sdpa.out.bias),
+        ):
+            lin_w.copy_(torch.from_numpy(w_in))
+            lin_b.copy_(torch.from_numpy(b_in))
+            w_out.copy_(torch.from_numpy(params.W_o.T))
+            b_out.copy_(torch.from_numpy(params.b_o))
+    return mha, sdpa
+
+
+def bench_torch(reps: int, threads: int, shapes=TORCH_SHAPES) -> list[str]:
+    """lib vs nn.MultiheadAttention vs an SDPA module. Returns the targets that were missed."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    print(
+        f"\n== lib vs PyTorch {torch.__version__}: multi-head self-attention forward, with biases "
+        "=="
+    )
+    print(
+        f"threads: {threads} for NumPy's BLAS (threadpoolctl) and {threads} for torch "
+        "(torch.set_num_threads); torch runs in eval mode under torch.inference_mode()"
+    )
+    print("contenders, each on the same weights and input (outputs checked equal first):")
+    print("  lib+w    A.multi_head_attention(x, x, params, mask): output + per-head weights")
+    print("  lib      the same with need_weights=False: output only")
+    print("  mha+w    nn.MultiheadAttention(batch_first=True), need_weights=True,")
+    print("           average_attn_weights=False: output + per-head weights")
+    print("  mha      the same with need_weights=False: output only")
+    print("  sdpa     Linear(d, 3d) + F.scaled_dot_product_attention + Linear(d, d): output only")
+    print("causal: lib gets A.causal_mask(n); mha gets attn_mask=~A.causal_mask(n) (bool, True =")
+    print("  blocked) with is_causal=True; sdpa gets is_causal=True (no mask tensor)")
+    print("ratios are medians over rounds of time / time within one round; > 1: lib is slower")
+    print("spread: largest interquartile range / median among the contenders (noise)")
+    missed = []
+    with threadpool_limits(limits=threads):
+        for dtype in (np.float32, np.float64):
+            torch_dtype = torch.float32 if dtype == np.float32 else torch.float64
+            print(f"\n{np.dtype(dtype).name}:")
+            print(
+                f"{'batch':>5} {'n':>5} {'d':>4} {'h':>2} {'mask':>6} | {'lib+w':>10} "
+                f"{'lib':>10} {'mha+w':>10} {'mha':>10} {'sdpa':>10} | {'lib+w/mha+w':>11} "
+                f"{'lib/mha':>7} {'lib/sdpa':>8} {'spread':>6}"
+            )
+            for batch, n, d, h in shapes:
+                rng = np.random.default_rng(0)
+                params = A.init_mha_params(d, h, rng, bias=True, dtype=dtype)
+                x = rng.normal(size=(batch, n, d)).astype(dtype)
+                mha, sdpa = _torch_layers_from_lib(params, torch_dtype)
+                xt = torch.from_numpy(x)
+                for causal in (False, True):
+                    mask = A.causal_mask(n) if causal else None
+                    blocked = None if mask is None else torch.from_numpy(~mask)
+
+                    def lib_w(x=x, p=params, m=mask):
+                        return A.multi_head_attention(x, x, p, m)
+
+                    def lib(x=x, p=params, m=mask):
+                        return A.multi_head_attention(x, x, p, m, need_weights=False)
+
+                    def mha_w(x=xt, layer=mha, m=blocked, c=causal):
+                        with torch.inference_mode():
+                            return layer(
+                                x, x, x, attn_mask=m, is_causal=c, average_attn_weights=False
+                            )
+
+                    def mha_o(x=xt, layer=mha, m=blocked, c=causal):
+                        with torch.inference_mode():
+                            return layer(x, x, x, attn_mask=m, is_causal=c, need_weights=False)
+
+                    def sdpa_o(x=xt, layer=sdpa, c=causal):
+                        with torch.inference_mode():
+                            return layer(x, is_causal=c)
+
+                    want = lib()[0]
+                    tol = 1e-4 if dtype == np.float32 else 1e-10
+                    for name, got in (
+                        ("mha+w", mha_w()[0]),
+                        ("mha", mha_o()[0]),
+                        ("sdpa", sdpa_o()),
+                    ):
+                        if not np.allclose(got.numpy(), want, rtol=tol, atol=tol):
+                            raise AssertionError(f"{name} disagrees with lib at {batch, n, d, h}")
+                    contenders = {
+                        "lib+w": lib_w,
+                        "lib": lib,
+                        "mha+w": mha_w,
+                        "mha": mha_o,
+                        "sdpa": sdpa_o,
+                    }
+                    t = interleaved_times(contenders, reps=max(3, reps // (1 + n // 128)))
+                    med = {k: statistics.median(v) for k, v in t.items()}
+                    r_w = median_ratio(t, "lib+w", "mha+w")
+                    r_mha = median_ratio(t, "lib", "mha")
+                    r_sdpa = median_ratio(t, "lib", "sdpa")
+                    noise = max(spread(v) for v in t.values())
+                    print(
+                        f"{batch:5d} {n:5d} {d:4d} {h:2d} {'causal' if causal else 'none':>6} | "
+                        + " ".join(fmt_time(med[k]) for k in contenders)
+                        + f" | {r_w:10.2f}x {r_mha:6.2f}x {r_sdpa:7.2f}x {noise:6.0%}"
+                    )
+                    if not causal:
+                        where = f"{np.dtype(dtype).name} {(batch, n, d, h)}"
+                        if r_w > 1.0:
+                            missed.append(f"{where}: lib+w / mha+w = {r_w:.2f} (target <= 1)")
+                        if r_mha > 1.0:
+                            missed.append(f"{where}: lib / mha = {r_mha:.2f} (target <= 1)")
+                        if r_sdpa > 1.3:
+                            missed.append(f"{where}: lib / sdpa = {r_sdpa:.2f} (target <= 1.3)")
+    return missed
+
+
+SECTIONS = ("lists", "loop", "gflops", "training", "torch")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--only", choices=SECTIONS, help="run one section only")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="threads for NumPy and torch in the torch section"
+    )
     args = parser.parse_args()
     reps = 5 if args.quick else 21
     print(
         f"numpy {np.__version__}; medians of {reps} interleaved repetitions (fewer for big shapes)"
     )
-    bench_lists_vs_numpy(reps)
-    bench_loop_vs_reshape(reps)
-    bench_gflops(reps)
-    bench_training(reps)
+    run = set(SECTIONS) if args.only is None else {args.only}
+    if "lists" in run:
+        bench_lists_vs_numpy(reps)
+    if "loop" in run:
+        bench_loop_vs_reshape(reps)
+    if "gflops" in run:
+        bench_gflops(reps)
+    if "training" in run:
+        bench_training(reps)
+    if "torch" in run:
+        # --quick leaves out the largest shape, which alone takes about a minute.
+        shapes = TORCH_SHAPES[:2] if args.quick else TORCH_SHAPES
+        missed = bench_torch(reps, args.threads, shapes)
+        print("\ntargets (no mask): lib <= nn.MultiheadAttention, lib <= 1.3 x SDPA module:")
+        print("  all met in this run" if not missed else "  not met in this run:")
+        for line in missed:
+            print(f"  - {line}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@
   (notebooks 05 and 06).
 - ``lib.pruning``: ablation and gradient head importance, iterative pruning, Spearman
   (notebook 06).
+- ``lib.torch_bridge``: our weights and masks to and from ``torch.nn.MultiheadAttention``
+  (notebook 08; imports torch when first used, and is not imported by ``import lib``).
 - ``lib.checks``: the checks that follow each exercise.
 
 The most used names are re-exported here, so ``from lib import multi_head_attention`` works.
@@ -24,6 +26,7 @@ from .attention import (
     merge_heads,
     multi_head_attention,
     multi_head_attention_per_head,
+    multi_head_attention_reshape,
     padding_mask,
     scaled_dot_product_attention,
     softmax,
@@ -39,6 +42,7 @@ __all__ = [
     "merge_heads",
     "multi_head_attention",
     "multi_head_attention_per_head",
+    "multi_head_attention_reshape",
     "padding_mask",
     "scaled_dot_product_attention",
     "softmax",

@@ -1172,3 +1172,267 @@ def check_spearman(spearman_fn: Callable) -> None:
             f"{name}: for a={a.tolist()} and b={b.tolist()} expected {expected:.4f}, got {got:.4f}."
         )
     _passed("spearman: Pearson correlation of the ranks, ties averaged.")
+
+
+# --- notebook 08 ---
+# From NumPy to PyTorch. torch is imported inside these checks only, so that importing
+# lib.checks stays fast for the notebooks that do not need it.
+
+
+def _is_tensor(value) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _to_numpy(value, name: str, what: str) -> np.ndarray:
+    """A tensor (detached) or anything array-like as a NumPy array."""
+    if _is_tensor(value):
+        value = value.detach().cpu().numpy()
+    return _as_array(value, name, what)
+
+
+def check_torch_attn_mask(to_torch_mask_fn: Callable) -> None:
+    """Exercise (notebook 08): our boolean mask (True = may attend) -> nn.MultiheadAttention's
+    boolean attn_mask (True = may NOT attend), as a torch tensor of the same shape."""
+    import torch
+
+    name = "to_torch_mask"
+    rng = np.random.default_rng(8)
+    masks = [A.causal_mask(4), rng.random((3, 5)) < 0.5, A.causal_mask(2, 6)]
+    for mask in masks:
+        got = _call(to_torch_mask_fn, name, mask.copy())
+        if not _is_tensor(got):
+            raise CheckFailed(
+                f"{name}: return a torch.Tensor, not {type(got).__name__}; "
+                "nn.MultiheadAttention does not accept NumPy arrays."
+            )
+        arr = got.detach().cpu().numpy()
+        if arr.shape == mask.shape[::-1] and arr.shape != mask.shape:
+            raise CheckFailed(
+                f"{name}: your mask has shape {arr.shape}, transposed; keep ours "
+                f"{mask.shape}: row i is query i, column j is key j."
+            )
+        _expect_shape(arr, mask.shape, name, "a mask of the same shape as ours")
+        if got.dtype != torch.bool:
+            if (
+                got.dtype.is_floating_point
+                and np.array_equal(np.isneginf(arr), ~mask)
+                and np.all(arr[mask] == 0)
+            ):
+                raise CheckFailed(
+                    f"{name}: that is a valid additive float mask (0 / -inf), but this "
+                    "exercise asks for torch's boolean form: return a tensor of dtype torch.bool."
+                )
+            raise CheckFailed(
+                f"{name}: return a boolean tensor (dtype torch.bool), got {got.dtype}; a float "
+                "attn_mask is added to the scores, so 0/1 values would not block anything."
+            )
+        if np.array_equal(arr, mask):
+            raise CheckFailed(
+                f"{name}: you passed our mask through unchanged, but in nn.MultiheadAttention "
+                "True means 'may NOT attend': every True of ours must become False and the "
+                "other way round."
+            )
+        if mask.shape[0] == mask.shape[1] and np.array_equal(arr, (~mask).T):
+            raise CheckFailed(
+                f"{name}: your mask is transposed: row i must be query i and column j key j, "
+                "as in ours."
+            )
+        if not np.array_equal(arr, ~mask):
+            raise CheckFailed(
+                f"{name}: wrong entries for the mask {mask.astype(int).tolist()}; torch's entry "
+                "(i, j) must be True exactly where query i may NOT attend to key j."
+            )
+    _passed("to_torch_mask: same shape, dtype torch.bool, True where a query may NOT attend.")
+
+
+def _bridge_params(bias: bool, seed: int = 80) -> A.MHAParams:
+    return A.init_mha_params(6, 2, np.random.default_rng(seed), bias=bias)
+
+
+def check_pack_in_proj(pack_fn: Callable) -> None:
+    """Exercise (notebook 08): our W_q, W_k, W_v (+ biases) -> torch's in_proj_weight
+    (3 d_model, d_model) and in_proj_bias (3 d_model,) or None."""
+    from . import torch_bridge as TB
+
+    name = "pack_in_proj"
+    for bias in (True, False):
+        params = _bridge_params(bias)
+        d = params.d_model
+        result = _call(pack_fn, name, params)
+        if not (isinstance(result, tuple | list) and len(result) == 2):
+            raise CheckFailed(
+                f"{name} should return a pair (in_proj_weight, in_proj_bias), "
+                f"got {type(result).__name__}."
+            )
+        weight = _to_numpy(result[0], name, "in_proj_weight")
+        want_w, want_b = TB.pack_in_proj(params)
+        if weight.shape == (d, 3 * d):
+            raise CheckFailed(
+                f"{name}: in_proj_weight has shape {weight.shape}, but torch stores a "
+                f"projection as (out_features, in_features): it must be (3 d_model, d_model) "
+                f"= {(3 * d, d)}."
+            )
+        _expect_shape(weight, (3 * d, d), name, "in_proj_weight (3 d_model, d_model)")
+        if not _close(weight, want_w):
+            Ws = (params.W_q, params.W_k, params.W_v)
+            _match_mistake(
+                weight,
+                [
+                    (
+                        np.concatenate(Ws, axis=0),
+                        f"{name}: you stacked W_q, W_k, W_v as they are; torch computes "
+                        "x @ W.T, so each block must be the transpose of ours.",
+                    ),
+                    (
+                        np.concatenate([params.W_k.T, params.W_q.T, params.W_v.T]),
+                        f"{name}: the blocks are in the wrong order: torch expects the query "
+                        "block first, then the key block, then the value block.",
+                    ),
+                    (
+                        np.concatenate(Ws, axis=1).reshape(3 * d, d),
+                        f"{name}: reshaping does not transpose: the numbers end up in the "
+                        "wrong places; each block must be the transpose of our matrix.",
+                    ),
+                ],
+            )
+            raise CheckFailed(
+                f"{name}: in_proj_weight has the right shape but wrong values; "
+                "x @ in_proj_weight.T must give [x @ W_q, x @ W_k, x @ W_v] side by side."
+            )
+        got_b = result[1]
+        if want_b is None:
+            if got_b is not None:
+                raise CheckFailed(
+                    f"{name}: these params have no biases (params.b_q is None), so "
+                    "in_proj_bias must be None."
+                )
+            continue
+        if got_b is None:
+            raise CheckFailed(
+                f"{name}: these params have biases, but your in_proj_bias is None: pack "
+                "b_q, b_k and b_v as well."
+            )
+        got_b = _to_numpy(got_b, name, "in_proj_bias")
+        _expect_shape(got_b, (3 * d,), name, "in_proj_bias (3 d_model,)")
+        if not _close(got_b, want_b):
+            _match_mistake(
+                got_b,
+                [
+                    (
+                        np.concatenate([params.b_k, params.b_q, params.b_v]),
+                        f"{name}: the biases are in the wrong order: query, then key, "
+                        "then value, as in the weight.",
+                    ),
+                ],
+            )
+            raise CheckFailed(f"{name}: in_proj_bias must hold b_q, b_k, b_v one after another.")
+    _passed(
+        "pack_in_proj: (3 d_model, d_model), the q, k, v blocks transposed and in order; "
+        "biases packed, or None."
+    )
+
+
+def check_load_into_torch(load_fn: Callable) -> None:
+    """Exercise (notebook 08): an nn.MultiheadAttention(batch_first=True) that holds our
+    params and gives our outputs and per-head weights."""
+    import torch
+    from torch import nn
+
+    from . import torch_bridge as TB
+
+    name = "load_into_torch"
+    rng = np.random.default_rng(81)
+    for bias in (True, False):
+        params = A.init_mha_params(8, 2, rng, bias=bias)
+        x_q = rng.normal(size=(2, 3, 8))
+        x_kv = rng.normal(size=(2, 5, 8))
+        module = _call(load_fn, name, params)
+        if not isinstance(module, nn.MultiheadAttention):
+            raise CheckFailed(
+                f"{name} should return an nn.MultiheadAttention, got {type(module).__name__}."
+            )
+        if module.embed_dim != 8 or module.num_heads != 2:
+            raise CheckFailed(
+                f"{name}: the module has embed_dim={module.embed_dim}, "
+                f"num_heads={module.num_heads}; it needs params.d_model=8 and "
+                "params.n_heads=2."
+            )
+        if not module.batch_first:
+            raise CheckFailed(
+                f"{name}: your module expects (seq, batch, embed), torch's default; our "
+                "arrays are (batch, seq, d_model): create it with batch_first=True."
+            )
+        dtype = module.out_proj.weight.dtype
+        want_out, want_w = A.multi_head_attention(x_q, x_kv, params)
+        tol = 1e-10 if dtype == torch.float64 else 1e-5
+
+        def run(m, dtype=dtype, x_q=x_q, x_kv=x_kv):
+            tq, tkv = (torch.from_numpy(a).to(dtype) for a in (x_q, x_kv))
+            with torch.no_grad():
+                m_training = m.training
+                m.eval()
+                try:
+                    out, w = m(tq, tkv, tkv, average_attn_weights=False)
+                finally:
+                    m.train(m_training)
+            return out.double().numpy(), w.double().numpy()
+
+        got_out, got_w = _call(run, name, module)
+        if _close(got_out, want_out, tol) and _close(got_w, want_w, tol):
+            if module.training and module.dropout > 0:
+                raise CheckFailed(
+                    f"{name}: the weights are right, but the module is in training mode with "
+                    "dropout, so its outputs would be random: switch it to eval mode."
+                )
+            continue
+        # What the usual mistakes give, built with the same weights.
+        reference = TB.to_torch_mha(params, dtype)
+        mistakes = []
+        sd = {k: v.clone() for k, v in reference.state_dict().items()}
+        for key, message in (
+            (
+                "in_proj_weight",
+                "your queries/keys/values are wrong: torch computes x @ W.T, so "
+                "in_proj_weight needs our W_q, W_k, W_v transposed (rows = output features).",
+            ),
+            (
+                "out_proj.weight",
+                "the output projection is wrong: out_proj computes x @ W.T, so it needs "
+                "W_o transposed.",
+            ),
+        ):
+            wrong = {k: v.clone() for k, v in sd.items()}
+            if key == "in_proj_weight":
+                wrong[key] = torch.cat(
+                    [torch.from_numpy(W).to(dtype) for W in (params.W_q, params.W_k, params.W_v)]
+                )
+            else:
+                wrong[key] = torch.from_numpy(params.W_o).to(dtype)
+            m = TB.to_torch_mha(params, dtype)
+            m.load_state_dict(wrong)
+            mistakes.append((run(m)[0], message))
+        if bias:
+            no_bias = TB.to_torch_mha(
+                A.MHAParams(params.W_q, params.W_k, params.W_v, params.W_o, params.n_heads), dtype
+            )
+            mistakes.append(
+                (
+                    run(no_bias)[0],
+                    "the biases are missing: copy b_q, b_k, b_v into in_proj_bias and b_o "
+                    "into out_proj.bias.",
+                )
+            )
+        for wrong_out, message in mistakes:
+            if _close(got_out, wrong_out, tol):
+                raise CheckFailed(f"{name}: {message}")
+        raise CheckFailed(
+            f"{name}: the module's outputs differ from A.multi_head_attention's (largest "
+            f"difference {np.abs(got_out - want_out).max():.3g}); copy every one of our "
+            "weights into the module's parameters."
+        )
+    _passed(
+        "load_into_torch: nn.MultiheadAttention gives our outputs and per-head weights, "
+        "with and without biases, for cross-attention."
+    )

@@ -1,0 +1,140 @@
+"""lib's fast multi-head attention (blocks, fused QKV, skipped max, skipped masked keys)
+against the plain reshape version notebook 03 derives."""
+
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lib import attention as A
+
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(5)
+
+
+@contextlib.contextmanager
+def block_bytes(n):
+    """Make the blocks tiny, so that a small problem is cut into many blocks."""
+    old = A._BLOCK_BYTES
+    A._BLOCK_BYTES = n
+    try:
+        yield
+    finally:
+        A._BLOCK_BYTES = old
+
+
+def random_mask(rng, kind, batch, h, n_q, n_k):
+    if kind == "none":
+        return None
+    if kind == "causal":
+        return A.causal_mask(n_q, n_k)
+    if kind == "padding":
+        return A.padding_mask(rng.integers(0, n_k + 1, size=batch), n_k)
+    if kind == "causal&padding":
+        return A.causal_mask(n_q, n_k) & A.padding_mask(rng.integers(0, n_k + 1, size=batch), n_k)
+    shape = {"per-head": (batch, h, n_q, n_k), "per-query": (n_q, 1), "keys": (n_k,)}[kind]
+    return rng.random(shape) < 0.6  # some rows end up fully masked
+
+
+@st.composite
+def cases(draw):
+    return dict(
+        batch=draw(st.integers(1, 3)),
+        h=draw(st.sampled_from([1, 2, 3, 4])),
+        d_k=draw(st.integers(1, 5)),
+        n_q=draw(st.integers(1, 9)),
+        n_k=draw(st.integers(1, 9)),
+        bias=draw(st.booleans()),
+        self_attention=draw(st.booleans()),
+        mask=draw(
+            st.sampled_from(
+                ["none", "causal", "padding", "causal&padding", "per-head", "per-query", "keys"]
+            )
+        ),
+        scale=draw(st.sampled_from([1.0, 30.0])),  # 30: scores too big to skip the max
+        block=draw(st.sampled_from([8, 40, 200, 2 << 20])),
+        dtype=draw(st.sampled_from([np.float64, np.float32])),
+        seed=draw(seeds),
+    )
+
+
+@given(cases())
+def test_fast_version_equals_the_reshape_version(c):
+    rng = np.random.default_rng(c["seed"])
+    d = c["h"] * c["d_k"]
+    n_k = c["n_q"] if c["self_attention"] else c["n_k"]
+    params = A.init_mha_params(d, c["h"], rng, bias=c["bias"], dtype=c["dtype"])
+    x_q = (c["scale"] * rng.normal(size=(c["batch"], c["n_q"], d))).astype(c["dtype"])
+    x_kv = x_q if c["self_attention"] else rng.normal(size=(c["batch"], n_k, d)).astype(c["dtype"])
+    mask = random_mask(rng, c["mask"], c["batch"], c["h"], c["n_q"], n_k)
+    want_out, want_w = A.multi_head_attention_reshape(x_q, x_kv, params, mask)
+    with block_bytes(c["block"]):
+        out, w = A.multi_head_attention(x_q, x_kv, params, mask)
+        out_only, none = A.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
+    tol = 1e-4 if c["dtype"] == np.float32 else 1e-10
+    assert out.dtype == w.dtype == out_only.dtype == c["dtype"] and none is None
+    np.testing.assert_allclose(w, want_w, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out, want_out, rtol=tol, atol=tol * c["scale"])
+    np.testing.assert_allclose(out_only, want_out, rtol=tol, atol=tol * c["scale"])
+
+
+def test_huge_scores_take_the_stable_path_and_stay_finite(rng):
+    params = A.init_mha_params(8, 2, rng)
+    x = 1e3 * rng.normal(size=(2, 5, 8))  # scores of order 1e5: exp would overflow
+    out, w = A.multi_head_attention(x, x, params, A.causal_mask(5))
+    want_out, want_w = A.multi_head_attention_reshape(x, x, params, A.causal_mask(5))
+    assert np.isfinite(out).all() and np.isfinite(w).all()
+    np.testing.assert_allclose(w, want_w, atol=1e-12)
+    np.testing.assert_allclose(out, want_out, rtol=1e-10, atol=1e-8)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_fully_masked_rows_and_blocks_give_zero(rng, need_weights):
+    params = A.init_mha_params(8, 2, rng, bias=True)
+    x = rng.normal(size=(2, 6, 8))
+    mask = np.ones((2, 1, 6, 6), dtype=bool)
+    mask[0, :, 1] = False  # one row of sequence 0
+    mask[1] = False  # all of sequence 1: every block of it is empty
+    with block_bytes(2 * 6 * 8):  # two query rows per block
+        out, w = A.multi_head_attention(x, x, params, mask, need_weights=need_weights)
+    np.testing.assert_allclose(out[0, 1], params.b_o)
+    np.testing.assert_allclose(out[1], np.broadcast_to(params.b_o, (6, 8)))
+    if need_weights:
+        np.testing.assert_array_equal(w[0, :, 1], 0.0)
+        np.testing.assert_array_equal(w[1], 0.0)
+        np.testing.assert_allclose(np.delete(w[0], 1, axis=1).sum(-1), 1.0)
+
+
+def test_unbatched_without_weights(rng):
+    params = A.init_mha_params(6, 3, rng)
+    x = rng.normal(size=(4, 6))
+    out, w = A.multi_head_attention(x, x, params, need_weights=False)
+    assert w is None and out.shape == (4, 6)
+    np.testing.assert_allclose(out, A.multi_head_attention_reshape(x, x, params)[0])
+
+
+def test_self_attention_by_identity_and_by_equal_copies_agree(rng):
+    """x_q is x_kv takes the fused [W_q | W_k | W_v] path; a copy takes the separate one."""
+    params = A.init_mha_params(8, 4, rng, bias=True)
+    x = rng.normal(size=(2, 5, 8))
+    fused = A.multi_head_attention(x, x, params)
+    separate = A.multi_head_attention(x, x.copy(), params)
+    for a, b in zip(fused, separate, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_bad_parameters_and_overflow_are_reported(rng):
+    params = A.init_mha_params(8, 2, rng, bias=True)
+    x = rng.normal(size=(1, 3, 8))
+    params.b_v[5] = np.nan
+    with pytest.raises(ValueError, match=r"params.b_v contains NaN or inf \(first at index \(5,\)"):
+        A.multi_head_attention(x, x, params)
+    params = A.init_mha_params(8, 2, rng, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"projected queries contain NaN or inf.*float32"):
+        A.multi_head_attention(np.full((1, 3, 8), 1e30, np.float32), x.astype(np.float32), params)
