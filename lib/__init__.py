@@ -5,6 +5,9 @@
   (notebooks 02 and 03).
 - ``lib.heads``: entropy, offset scores and similarity of heads (notebook 04).
 - ``lib.plots``: heatmaps of heads, entropy bars, similarity matrices (notebook 04).
+- ``lib.bert``: a pretrained BERT (all-MiniLM-L6-v2) run with lib's multi-head attention
+  (notebook 07).
+- ``lib.head_types``: head-type scores, labels and the coreference probe (notebook 07).
 - ``lib.checks``: the checks that follow each exercise.
 
 The most used names are re-exported here, so ``from lib import multi_head_attention`` works.
