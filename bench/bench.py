@@ -162,6 +162,43 @@ def bench_gflops(reps: int) -> None:
             )
 
 
+# --------------------------------------------------------------------------- pretrained BERT
+
+
+BERT_SENTENCE = "The quick brown fox jumps over the lazy dog."  # 12 tokens with [CLS], [SEP]
+
+
+def bench_bert(reps: int) -> None:
+    from lib import bert as B
+
+    print("\n== Pretrained BERT (all-MiniLM-L6-v2, 6 layers x 12 heads), lib.bert forward ==")
+    models = {
+        name: B.load_minilm(dtype) for name, dtype in (("f32", np.float32), ("f64", np.float64))
+    }
+    batch = models["f32"].tokenize([BERT_SENTENCE])
+    n = batch.input_ids.shape[1]
+    assert n == 12, n
+    x = B.embed(models["f32"].weights, batch.input_ids)  # (1, n, d_model)
+    layers = models["f32"].weights.layers
+
+    def attention_only():
+        for layer in layers:
+            A.multi_head_attention(x, x, layer.attention)
+
+    t = interleaved_medians(
+        {
+            "f32": lambda: B.bert_forward(models["f32"].weights, batch.input_ids),
+            "f64": lambda: B.bert_forward(models["f64"].weights, batch.input_ids),
+            "attention": attention_only,
+        },
+        reps=reps,
+    )
+    print(f"one {n}-token sentence, float32 forward: {fmt_time(t['f32'])}")
+    print(f"  float64 / float32 forward time: {t['f64'] / t['f32']:5.2f}x")
+    share = t["attention"] / t["f32"]
+    print(f"  share of the float32 forward spent in the 6 multi-head attentions: {share:4.0%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -173,6 +210,7 @@ def main() -> None:
     bench_lists_vs_numpy(reps)
     bench_loop_vs_reshape(reps)
     bench_gflops(reps)
+    bench_bert(reps)
 
 
 if __name__ == "__main__":
