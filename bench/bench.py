@@ -390,7 +390,42 @@ def bench_torch(reps: int, threads: int, shapes=TORCH_SHAPES) -> list[str]:
     return missed
 
 
-SECTIONS = ("lists", "loop", "gflops", "training", "torch")
+SECTIONS = ("lists", "loop", "gflops", "training", "bert", "torch")
+# --------------------------------------------------------------------------- pretrained BERT
+
+
+BERT_SENTENCE = "The quick brown fox jumps over the lazy dog."  # 12 tokens with [CLS], [SEP]
+
+
+def bench_bert(reps: int) -> None:
+    from lib import bert as B
+
+    print("\n== Pretrained BERT (all-MiniLM-L6-v2, 6 layers x 12 heads), lib.bert forward ==")
+    models = {
+        name: B.load_minilm(dtype) for name, dtype in (("f32", np.float32), ("f64", np.float64))
+    }
+    batch = models["f32"].tokenize([BERT_SENTENCE])
+    n = batch.input_ids.shape[1]
+    assert n == 12, n
+    x = B.embed(models["f32"].weights, batch.input_ids)  # (1, n, d_model)
+    layers = models["f32"].weights.layers
+
+    def attention_only():
+        for layer in layers:
+            A.multi_head_attention(x, x, layer.attention)
+
+    t = interleaved_medians(
+        {
+            "f32": lambda: B.bert_forward(models["f32"].weights, batch.input_ids),
+            "f64": lambda: B.bert_forward(models["f64"].weights, batch.input_ids),
+            "attention": attention_only,
+        },
+        reps=reps,
+    )
+    print(f"one {n}-token sentence, float32 forward: {fmt_time(t['f32'])}")
+    print(f"  float64 / float32 forward time: {t['f64'] / t['f32']:5.2f}x")
+    share = t["attention"] / t["f32"]
+    print(f"  share of the float32 forward spent in the 6 multi-head attentions: {share:4.0%}")
 
 
 def main() -> None:
@@ -414,6 +449,8 @@ def main() -> None:
         bench_gflops(reps)
     if "training" in run:
         bench_training(reps)
+    if "bert" in run:
+        bench_bert(reps)
     if "torch" in run:
         # --quick leaves out the largest shape, which alone takes about a minute.
         shapes = TORCH_SHAPES[:2] if args.quick else TORCH_SHAPES

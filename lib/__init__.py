@@ -13,6 +13,9 @@
   (notebook 06).
 - ``lib.torch_bridge``: our weights and masks to and from ``torch.nn.MultiheadAttention``
   (notebook 08; imports torch when first used, and is not imported by ``import lib``).
+- ``lib.bert``: a pretrained BERT (all-MiniLM-L6-v2) run with lib's multi-head attention
+  (notebook 07).
+- ``lib.head_types``: head-type scores, labels and the coreference probe (notebook 07).
 - ``lib.checks``: the checks that follow each exercise.
 
 The most used names are re-exported here, so ``from lib import multi_head_attention`` works.

@@ -1,0 +1,192 @@
+"""What the heads of a pretrained model do, measured over padded batches (notebook 07).
+
+Every function takes attention weights shaped (..., batch, heads, n_q, n_k) — e.g. the
+(layers, batch, heads, n, n) stack from :func:`lib.bert.bert_forward` — together with the
+batch's ``attention_mask`` (batch, n), True for real tokens. Padded queries are left out of
+every average, so a head is judged on real tokens only.
+
+A *head-type score* is the mean attention weight that a head's queries put on a set of
+target keys: the previous token, the next token, the token itself, [CLS], [SEP] or the
+punctuation marks. It lies in [0, 1]: 1 means every query put all its weight there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from . import heads as H
+
+PROBE_SENTENCES = Path(__file__).resolve().parent.parent / "data" / "probe_sentences.json"
+PUNCTUATION = frozenset(".,;:!?")
+HEAD_TYPES = ("previous", "next", "self", "[CLS]", "[SEP]", "punctuation")
+
+
+def load_probe_sentences(path=PROBE_SENTENCES) -> dict:
+    """The course's probe sentences (data/probe_sentences.json): a dict with "sentences"
+    (a list of str) and "coreference" (dicts with text, pronoun, antecedent, distractor, cue)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path.name} not found at {path}; lib reads it from the repository's data/ folder, "
+            "so install lib from a checkout of the course (pip install -e .)"
+        )
+    return json.loads(path.read_text())
+
+
+def _check(weights, attention_mask) -> tuple[np.ndarray, np.ndarray]:
+    weights = np.asarray(weights)
+    mask = np.asarray(attention_mask, dtype=bool)
+    if mask.ndim != 2:
+        raise ValueError(f"attention_mask must be (batch, n), got shape {mask.shape}")
+    batch, n = mask.shape
+    if weights.ndim < 4 or weights.shape[-4] != batch or weights.shape[-2:] != (n, n):
+        raise ValueError(
+            f"weights of shape {weights.shape} do not fit attention_mask {mask.shape}: "
+            f"expected (..., batch={batch}, heads, n={n}, n={n})"
+        )
+    return weights, mask
+
+
+def target_masks(
+    tokens: Sequence[Sequence[str]], n: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """For each head type: (targets (batch, n_q, n_k), queries (batch, n_q)), both boolean.
+
+    targets[b, i, j] is True when key j is what type's name says for query i of sentence b;
+    queries[b, i] is True for the real queries that have such a key (query 0 has no
+    previous token, the last real token no next one; a sentence without punctuation has no
+    punctuation queries). ``tokens`` are the real tokens of each sentence, [CLS] ... [SEP].
+    """
+    batch = len(tokens)
+    lengths = np.array([len(t) for t in tokens])
+    if batch == 0 or lengths.min() < 2 or lengths.max() > n:
+        raise ValueError(f"each sentence needs 2..n={n} tokens ([CLS] ... [SEP]), got {lengths}")
+    i = np.arange(n)
+    real = i[None, :] < lengths[:, None]  # (batch, n)
+    pair = real[:, :, None] & real[:, None, :]  # (batch, n_q, n_k): both real
+    out = {}
+    out["previous"] = (pair & (i[None, None, :] == i[None, :, None] - 1), real & (i >= 1))
+    out["next"] = (
+        pair & (i[None, None, :] == i[None, :, None] + 1),
+        real & (i < lengths[:, None] - 1),
+    )
+    out["self"] = (pair & np.eye(n, dtype=bool)[None], real)
+    out["[CLS]"] = (pair & (i == 0)[None, None, :], real)
+    out["[SEP]"] = (pair & (i[None, None, :] == lengths[:, None, None] - 1), real)
+    punct = np.zeros((batch, n), dtype=bool)
+    for b, toks in enumerate(tokens):
+        punct[b, : len(toks)] = [t in PUNCTUATION for t in toks]
+    out["punctuation"] = (pair & punct[:, None, :], real & punct.any(axis=1)[:, None])
+    return out
+
+
+def target_score(weights, targets, queries) -> np.ndarray:
+    """Mean weight on the target keys, over the batch and the chosen queries: (..., heads).
+
+    weights: (..., batch, heads, n_q, n_k); targets: (batch, n_q, n_k) bool;
+    queries: (batch, n_q) bool, the queries to average over.
+    """
+    weights = np.asarray(weights)
+    targets = np.asarray(targets, dtype=bool)
+    queries = np.asarray(queries, dtype=bool)
+    if weights.ndim < 4 or targets.shape != weights.shape[-4:-3] + weights.shape[-2:]:
+        raise ValueError(
+            f"targets {targets.shape} must be (batch, n_q, n_k) of weights {weights.shape}"
+        )
+    if queries.shape != targets.shape[:2]:
+        raise ValueError(f"queries {queries.shape} must be (batch, n_q) = {targets.shape[:2]}")
+    if not queries.any():
+        raise ValueError("no query to average over")
+    on_target = (weights * targets[:, None]).sum(axis=-1)  # (..., batch, heads, n_q)
+    picked = on_target * queries[:, None, :]
+    return picked.sum(axis=(-3, -1)) / queries.sum()
+
+
+def normalised_entropy(weights, attention_mask) -> np.ndarray:
+    """Mean over real queries of entropy / log(sentence length): (..., heads).
+
+    0: every query looks at one key; 1: every query spreads evenly over its sentence.
+    """
+    weights, mask = _check(weights, attention_mask)
+    allowed = mask[:, None, :, None] & mask[:, None, None, :]  # (batch, 1, n_q, n_k)
+    flat = weights.reshape((-1,) + weights.shape[-4:])  # leading axes (e.g. layers) in one
+    out = np.stack([H.head_entropy_normalised(w * allowed, allowed) for w in flat])
+    return out.reshape(weights.shape[:-4] + weights.shape[-3:-2])
+
+
+def head_type_scores(attentions, attention_mask, tokens) -> dict[str, np.ndarray]:
+    """Every head-type score and the normalised entropy, each (..., heads).
+
+    A type with no query in the batch (no sentence has punctuation, say) scores NaN.
+    """
+    weights, mask = _check(attentions, attention_mask)
+    heads_shape = weights.shape[:-4] + weights.shape[-3:-2]
+    scores = {}
+    for name, (targets, queries) in target_masks(tokens, mask.shape[1]).items():
+        if queries.any():
+            scores[name] = target_score(weights, targets, queries)
+        else:
+            scores[name] = np.full(heads_shape, np.nan)
+    scores["entropy"] = normalised_entropy(weights, mask)
+    return scores
+
+
+def classify_heads(
+    scores: dict[str, np.ndarray], threshold: float = 0.5, broad: float = 0.75
+) -> np.ndarray:
+    """A label per head, same shape as the scores.
+
+    The head type with the largest score when that score is at least ``threshold`` (on
+    average, at least half the weight goes there); otherwise "broad" when the normalised
+    entropy is at least ``broad``; otherwise "mixed".
+    """
+    stacked = np.stack([scores[name] for name in HEAD_TYPES])  # (types, ...)
+    stacked = np.nan_to_num(stacked, nan=0.0)  # an undefined score never wins
+    best = stacked.argmax(axis=0)
+    labels = np.array(HEAD_TYPES, dtype=object)[best]
+    labels = np.where(stacked.max(axis=0) >= threshold, labels, "mixed")
+    labels = np.where((labels == "mixed") & (scores["entropy"] >= broad), "broad", labels)
+    return labels.astype(str)
+
+
+def layer_diversity(attentions, attention_mask) -> np.ndarray:
+    """How different a layer's heads are: 1 - mean cosine similarity of distinct heads.
+
+    attentions: (layers, batch, heads, n, n) -> (layers,). 0: all heads look at the same
+    keys; values near 1: the heads' patterns barely overlap. Padded queries are left out.
+    """
+    weights, mask = _check(attentions, attention_mask)
+    if weights.ndim != 5:
+        raise ValueError(f"expected (layers, batch, heads, n, n), got {weights.shape}")
+    out = []
+    for w in weights:
+        sim = H.head_similarity(w * mask[:, None, :, None])  # (heads, heads)
+        h = sim.shape[0]
+        out.append(1.0 - (sim.sum() - np.trace(sim)) / (h * (h - 1)))
+    return np.array(out)
+
+
+def coreference_accuracy(attentions, pronoun, antecedent, distractor) -> np.ndarray:
+    """Fraction of sentences in which the pronoun attends more to its antecedent than to
+    the distractor, per head.
+
+    attentions: (..., batch, heads, n, n), one sentence per batch item; pronoun, antecedent,
+    distractor: (batch,) token positions. Returns (..., heads) in [0, 1].
+    """
+    weights = np.asarray(attentions)
+    idx = [np.asarray(a, dtype=int) for a in (pronoun, antecedent, distractor)]
+    batch = weights.shape[-4] if weights.ndim >= 4 else None
+    if batch is None or any(a.shape != (batch,) for a in idx):
+        raise ValueError(
+            f"expected weights (..., batch, heads, n, n) and three (batch,) index arrays, got "
+            f"{weights.shape} and {[a.shape for a in idx]}"
+        )
+    b = np.arange(batch)
+    w = np.moveaxis(weights, -3, -1)  # (..., batch, n_q, n_k, heads)
+    to_antecedent = w[..., b, idx[0], idx[1], :]  # (..., batch, heads)
+    to_distractor = w[..., b, idx[0], idx[2], :]
+    return (to_antecedent > to_distractor).mean(axis=-2)
