@@ -1523,6 +1523,15 @@ def _planted_heads(seed: int, prev: tuple[int, int], nxt: tuple[int, int]):
     return _weights_from_scores(scores, mask), mask
 
 
+def _describe(value) -> str:
+    """A short description of a wrong answer: its type, and its shape if it has one."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return f"{type(value).__name__} of shape {tuple(shape)}"
+    text = repr(value)
+    return text if len(text) <= 40 else type(value).__name__
+
+
 def check_find_previous_token_head(find_fn: Callable[[np.ndarray, np.ndarray], tuple]):
     """Exercise (notebook 07): the (layer, head) with the highest previous-token score."""
     name = "find_previous_token_head"
@@ -1535,11 +1544,14 @@ def check_find_previous_token_head(find_fn: Callable[[np.ndarray, np.ndarray], t
                 "(layer, head) pair of indices instead of a flat index into the scores."
             )
         if not (isinstance(got, tuple | list | np.ndarray) and len(got) == 2):
-            raise CheckFailed(f"{name}: return a pair (layer, head), got {got!r}.")
+            raise CheckFailed(f"{name}: return a pair (layer, head), got {_describe(got)}.")
         try:
             got = (int(got[0]), int(got[1]))
         except (TypeError, ValueError):
-            raise CheckFailed(f"{name}: return two integers (layer, head), got {got!r}.") from None
+            raise CheckFailed(
+                f"{name}: return two integers (layer, head), got a pair of "
+                f"{_describe(got[0])} and {_describe(got[1])}."
+            ) from None
         if got == prev:
             continue
         if got == (prev[1], prev[0]):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from lib import attention as A
-from lib import checks, pruning
+from lib import checks, head_types, pruning, torch_bridge
 from lib import heads as H
 from lib import lists as L
 from lib import tiny as T
@@ -31,6 +31,16 @@ def param_count(d, h, bias):
 
 def previous_token(w):
     return H.offset_score(w, -1)
+
+
+def find_previous_token_head(attentions, attention_mask):
+    """The head with the highest previous-token score (notebook 07's exercise)."""
+    n = attention_mask.shape[1]
+    tokens = [["t"] * int(k) for k in attention_mask.sum(axis=1)]
+    targets, queries = head_types.target_masks(tokens, n)["previous"]
+    scores = head_types.target_score(attentions, targets, queries)  # (layers, heads)
+    layer, head = np.unravel_index(np.argmax(scores), scores.shape)
+    return int(layer), int(head)
 
 
 def cross_entropy_grad(logits, targets):
@@ -64,7 +74,21 @@ REFERENCES = {
     "check_ablation_drops": (checks.check_ablation_drops, pruning.ablation_drops),
     "check_gradient_importance": (checks.check_gradient_importance, pruning.gradient_importance),
     "check_spearman": (checks.check_spearman, pruning.spearman),
+    "check_target_score": (checks.check_target_score, head_types.target_score),
+    "check_find_previous_token_head": (
+        checks.check_find_previous_token_head,
+        find_previous_token_head,
+    ),
+    "check_coreference_accuracy": (
+        checks.check_coreference_accuracy,
+        head_types.coreference_accuracy,
+    ),
+    "check_torch_attn_mask": (checks.check_torch_attn_mask, torch_bridge.to_torch_attn_mask),
+    "check_pack_in_proj": (checks.check_pack_in_proj, torch_bridge.pack_in_proj),
+    "check_load_into_torch": (checks.check_load_into_torch, torch_bridge.to_torch_mha),
 }
+# These exercises ask for torch objects (tensors, a module), so plain lists are rightly refused.
+TORCH_ANSWERS = {"check_torch_attn_mask", "check_pack_in_proj", "check_load_into_torch"}
 
 
 def test_every_check_is_covered():
@@ -100,7 +124,9 @@ def as_lists(fn):
     return wrapped
 
 
-@pytest.mark.parametrize("name", [n for n in REFERENCES if n != "check_param_count"])
+@pytest.mark.parametrize(
+    "name", [n for n in REFERENCES if n != "check_param_count" and n not in TORCH_ANSWERS]
+)
 def test_lists_instead_of_arrays_are_accepted(name, capsys):
     check, reference = REFERENCES[name]
     check(as_lists(reference))
