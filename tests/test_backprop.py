@@ -6,32 +6,12 @@ element by element; the issue asks for a relative error below 1e-6 on every para
 
 import numpy as np
 import pytest
+from helpers import numeric_gradient, relative_error
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lib import attention as A
 from lib.backprop import mha_backward, mha_forward, softmax_backward
-
-EPS = 1e-6
-
-
-def relative_error(analytic: np.ndarray, numeric: np.ndarray) -> float:
-    scale = np.linalg.norm(analytic) + np.linalg.norm(numeric)
-    return float(np.linalg.norm(analytic - numeric) / scale)
-
-
-def numeric_gradient(loss, array: np.ndarray) -> np.ndarray:
-    """Central differences of loss() with respect to every entry of ``array`` (in place)."""
-    grad = np.zeros_like(array)
-    for index in np.ndindex(array.shape):
-        old = array[index]
-        array[index] = old + EPS
-        up = loss()
-        array[index] = old - EPS
-        down = loss()
-        array[index] = old
-        grad[index] = (up - down) / (2 * EPS)
-    return grad
 
 
 def make_case(seed, batch=2, n_q=4, n_k=5, d=6, heads=2, bias=True, mask="causal"):

@@ -5,25 +5,11 @@ import math
 
 import numpy as np
 import pytest
+from helpers import rejects, stub
 
 from lib import attention as A
 from lib import checks
 from lib import lists as L
-from lib.checks import CheckFailed
-
-
-def rejects(check, fn, *fragments):
-    with pytest.raises(CheckFailed) as info:
-        check(fn)
-    message = str(info.value)
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError()
-
 
 # --------------------------------------------------------------------------- references pass
 

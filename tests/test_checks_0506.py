@@ -2,23 +2,12 @@
 the mistakes students make."""
 
 import numpy as np
-import pytest
+from helpers import rejects, stub
 
 from lib import checks
 from lib import pruning as P
 from lib import tiny as T
 from lib.backprop import softmax_backward
-from lib.checks import CheckFailed
-
-
-def stub(*args):
-    raise NotImplementedError()
-
-
-def failing(check, fn, fragment):
-    with pytest.raises(CheckFailed, match=fragment):
-        check(fn)
-
 
 # --------------------------------------------------------------------------- 05
 
@@ -27,16 +16,16 @@ def test_softmax_backward_check(capsys):
     checks.check_softmax_backward(softmax_backward)
     assert capsys.readouterr().out.startswith("✓ softmax_backward")
     check = checks.check_softmax_backward
-    failing(check, stub, "not implemented yet")
-    failing(check, lambda p, g: p * g, "only the diagonal of the Jacobian")
-    failing(check, lambda p, g: p * (1 - p) * g, r"off-diagonal terms -p_i p_j")
-    failing(check, lambda p, g: g - (g * p).sum(-1, keepdims=True), "multiply by p")
-    failing(check, lambda p, g: p * (g - (g * p).sum(-2, keepdims=True)), "wrong axis")
-    failing(check, lambda p, g: p * ((g * p).sum(-1, keepdims=True) - g), "sign is flipped")
-    failing(check, lambda p, g: p * g[..., :1], "should sum to 0")
-    failing(check, lambda p, g: p, "should sum to 0")  # rows of p sum to 1
-    failing(check, lambda p, g: g - g.mean(-1, keepdims=True), "wrong values")
-    failing(check, lambda p, g: p[0], r"expected a gradient shaped like the weights")
+    rejects(check, stub, "not implemented yet")
+    rejects(check, lambda p, g: p * g, "only the diagonal of the Jacobian")
+    rejects(check, lambda p, g: p * (1 - p) * g, "off-diagonal terms -p_i p_j")
+    rejects(check, lambda p, g: g - (g * p).sum(-1, keepdims=True), "multiply by p")
+    rejects(check, lambda p, g: p * (g - (g * p).sum(-2, keepdims=True)), "wrong axis")
+    rejects(check, lambda p, g: p * ((g * p).sum(-1, keepdims=True) - g), "sign is flipped")
+    rejects(check, lambda p, g: p * g[..., :1], "should sum to 0")
+    rejects(check, lambda p, g: p, "should sum to 0")  # rows of p sum to 1
+    rejects(check, lambda p, g: g - g.mean(-1, keepdims=True), "wrong values")
+    rejects(check, lambda p, g: p[0], "expected a gradient shaped like the weights")
 
 
 def ce_grad(logits, targets):
@@ -68,13 +57,13 @@ def test_cross_entropy_grad_check(capsys):
         scored = (targets != -1)[..., None]
         return (softmax(logits) - onehot(logits, np.maximum(targets, 0))) * scored / targets.size
 
-    failing(check, stub, "not implemented yet")
-    failing(check, no_mask, "not be treated as the last class")
-    failing(check, summed, "divide by their count")
-    failing(check, over_all_positions, r"\*scored\* answers")
-    failing(check, lambda lg, t: -ce_grad(lg, t), "sign is flipped")
-    failing(check, lambda lg, t: softmax(lg) * (t != -1)[..., None] / (t != -1).sum(), "subtract 1")
-    failing(check, lambda lg, t: ce_grad(lg, t)[0], "shaped like the logits")
+    rejects(check, stub, "not implemented yet")
+    rejects(check, no_mask, "not be treated as the last class")
+    rejects(check, summed, "divide by their count")
+    rejects(check, over_all_positions, "*scored* answers")
+    rejects(check, lambda lg, t: -ce_grad(lg, t), "sign is flipped")
+    rejects(check, lambda lg, t: softmax(lg) * (t != -1)[..., None] / (t != -1).sum(), "subtract 1")
+    rejects(check, lambda lg, t: ce_grad(lg, t)[0], "shaped like the logits")
 
 
 def adam(param, grad, m, v, t, lr, b1, b2, eps, correct=True, sign=-1, root=True, t_shift=0):
@@ -91,25 +80,25 @@ def test_adam_step_check(capsys):
     checks.check_adam_step(adam)
     assert capsys.readouterr().out.startswith("✓ adam_step")
     check = checks.check_adam_step
-    failing(check, stub, "not implemented yet")
-    failing(check, lambda *a: adam(*a, correct=False), "bias correction is missing")
-    failing(check, lambda *a: adam(*a, sign=+1), "uphill")
-    failing(check, lambda *a: adam(*a, root=False), "square root")
-    failing(check, lambda *a: adam(*a, t_shift=-1) if a[4] > 1 else adam(*a), "wrong t")
+    rejects(check, stub, "not implemented yet")
+    rejects(check, lambda *a: adam(*a, correct=False), "bias correction is missing")
+    rejects(check, lambda *a: adam(*a, sign=+1), "uphill")
+    rejects(check, lambda *a: adam(*a, root=False), "square root")
+    rejects(check, lambda *a: adam(*a, t_shift=-1) if a[4] > 1 else adam(*a), "wrong t")
 
     def m_not_averaged(param, grad, m, v, t, lr, b1, b2, eps):
         _, _, v = adam(param, grad, m, v, t, lr, b1, b2, eps)
         m = b1 * m + grad
         return param - lr * m / (np.sqrt(v) + eps), m, v
 
-    failing(check, m_not_averaged, "running \\*average\\*")
+    rejects(check, m_not_averaged, "running *average*")
 
     def v_of_abs(param, grad, m, v, t, lr, b1, b2, eps):
         p, m, _ = adam(param, grad, m, v, t, lr, b1, b2, eps)
         return p, m, b2 * v + (1 - b2) * np.abs(grad)
 
-    failing(check, v_of_abs, "squared")
-    failing(check, lambda *a: adam(*a)[0], r"tuple \(param, m, v\)")
+    rejects(check, v_of_abs, "squared")
+    rejects(check, lambda *a: adam(*a)[0], "tuple (param, m, v)")
 
 
 # --------------------------------------------------------------------------- 06
@@ -128,11 +117,11 @@ def test_ablation_drops_check(capsys):
     def accuracies(model, ids, targets):
         return T.accuracy(model, ids, targets) - P.ablation_drops(model, ids, targets)
 
-    failing(check, stub, "not implemented yet")
-    failing(check, lambda *a: -P.ablation_drops(*a), "sign is flipped")
-    failing(check, only_head, "kept only head h")
-    failing(check, accuracies, "accuracies with each head off")
-    failing(check, lambda *a: P.ablation_drops(*a)[:-1], r"one drop per head")
+    rejects(check, stub, "not implemented yet")
+    rejects(check, lambda *a: -P.ablation_drops(*a), "sign is flipped")
+    rejects(check, only_head, "kept only head h")
+    rejects(check, accuracies, "accuracies with each head off")
+    rejects(check, lambda *a: P.ablation_drops(*a)[:-1], "one drop per head")
 
 
 def test_gradient_importance_check(capsys):
@@ -154,11 +143,11 @@ def test_gradient_importance_check(capsys):
         _, g = model.loss_and_grads(ids, targets, np.zeros((len(ids), model.n_heads)))
         return np.abs(g["head_mask"]).mean(axis=0)
 
-    failing(check, stub, "not implemented yet")
-    failing(check, signed, "take the absolute value")
-    failing(check, abs_after_sum, "per sequence before averaging")
-    failing(check, at_zero, "all heads on")
-    failing(check, lambda *a: -P.gradient_importance(*a), "wrong values")
+    rejects(check, stub, "not implemented yet")
+    rejects(check, signed, "take the absolute value")
+    rejects(check, abs_after_sum, "per sequence before averaging")
+    rejects(check, at_zero, "all heads on")
+    rejects(check, lambda *a: -P.gradient_importance(*a), "wrong values")
 
 
 def test_spearman_check(capsys):
@@ -178,9 +167,9 @@ def test_spearman_check(capsys):
     def argsort_once(a, b):
         return float(np.corrcoef(np.argsort(a), np.argsort(b))[0, 1])
 
-    failing(check, stub, "not implemented yet")
-    failing(check, pearson, "Pearson correlation of the values")
-    failing(check, ordinal, "mean of their ranks")
-    failing(check, argsort_once, "argsort of the argsort")
-    failing(check, lambda a, b: -P.spearman(a, b), "sign is flipped")
-    failing(check, lambda a, b: None, "should return one number")
+    rejects(check, stub, "not implemented yet")
+    rejects(check, pearson, "Pearson correlation of the values")
+    rejects(check, ordinal, "mean of their ranks")
+    rejects(check, argsort_once, "argsort of the argsort")
+    rejects(check, lambda a, b: -P.spearman(a, b), "sign is flipped")
+    rejects(check, lambda a, b: None, "should return one number")

@@ -2,23 +2,10 @@
 
 import numpy as np
 import pytest
+from helpers import rejects, stub
 
 from lib import checks
 from lib import head_types as T
-from lib.checks import CheckFailed
-
-
-def rejects(check, fn, *fragments):
-    with pytest.raises(CheckFailed) as info:
-        check(fn)
-    message = str(info.value)
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError()
 
 
 def find_previous_token_head(attentions, attention_mask, offset=-1):

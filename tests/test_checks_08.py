@@ -4,24 +4,11 @@ name realistic mistakes."""
 import numpy as np
 import pytest
 import torch
+from helpers import rejects, stub
 from torch import nn
 
 from lib import checks
 from lib import torch_bridge as TB
-from lib.checks import CheckFailed
-
-
-def rejects(check, fn, *fragments):
-    with pytest.raises(CheckFailed) as info:
-        check(fn)
-    message = str(info.value)
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError()
 
 
 @pytest.mark.parametrize(

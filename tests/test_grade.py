@@ -1,28 +1,17 @@
 """tools/grade.py grades a submission with the source's own checks: an edited check cell is
 put back before it runs, and a deleted one counts as failed."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import nbformat
+from helpers import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_attention_with_lists.ipynb"
 
 
-def load(name):
-    """tools/ is not a package: load a tool by its path (once)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def test_grade_restores_checks_and_reports_each(tmp_path):
-    ms, grade = load("make_student"), load("grade")
+    ms, grade = load_tool("make_student"), load_tool("grade")
     student, infos = ms.student_notebook(nbformat.read(NOTEBOOK, as_version=4), NOTEBOOK.name)
     exercises = [i.index for i in infos if i.is_exercise]
     checks = [i.index for i in infos if i.is_check]

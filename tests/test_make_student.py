@@ -3,30 +3,13 @@ synthetic notebooks: stubs at the marker's indentation, several regions per cell
 tests, cleared outputs, and clear errors for malformed markers."""
 
 import ast
-import importlib.util
-import sys
-from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import load_tool
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_tool():
-    """tools/ is not a package: load tools/make_student.py by its path (once)."""
-    if "make_student" not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            "make_student", ROOT / "tools" / "make_student.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["make_student"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["make_student"]
-
-
-ms = load_tool()
+ms = load_tool("make_student")
 
 
 def notebook(*cells):

@@ -13,14 +13,13 @@ the tool cannot hide itself.
 """
 
 import ast
-import importlib.util
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import load_tool
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,19 +30,7 @@ END = {"### END SOLUTION", "### END HIDDEN TESTS"}
 STUB_LINES = {"# YOUR CODE HERE", "raise NotImplementedError()"}
 
 
-def load_tool():
-    """tools/ is not a package: load tools/make_student.py by its path (once)."""
-    if "make_student" not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            "make_student", ROOT / "tools" / "make_student.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["make_student"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["make_student"]
-
-
-ms = load_tool()
+ms = load_tool("make_student")
 
 
 @pytest.fixture(scope="module")

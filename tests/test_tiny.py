@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from helpers import numeric_gradient, relative_error
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.special import log_softmax
-from test_backprop import numeric_gradient, relative_error
 
 from lib import tiny as T
 

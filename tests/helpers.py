@@ -1,0 +1,67 @@
+"""Helpers shared by the test files (not a test module itself)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lib.checks import CheckFailed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- exercise checks
+
+
+def rejects(check, fn, *fragments):
+    """The check must raise CheckFailed whose message contains every fragment."""
+    with pytest.raises(CheckFailed) as info:
+        check(fn)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def stub(*args, **kwargs):
+    """A student's exercise that has not been started."""
+    raise NotImplementedError()
+
+
+# --------------------------------------------------------------------------- tools/
+
+
+def load_tool(name):
+    """tools/ is not a package: load tools/<name>.py by its path (once)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# --------------------------------------------------------------------------- gradients
+
+EPS = 1e-6
+
+
+def relative_error(analytic: np.ndarray, numeric: np.ndarray) -> float:
+    scale = np.linalg.norm(analytic) + np.linalg.norm(numeric)
+    return float(np.linalg.norm(analytic - numeric) / scale)
+
+
+def numeric_gradient(loss, array: np.ndarray) -> np.ndarray:
+    """Central differences of loss() with respect to every entry of ``array`` (in place)."""
+    grad = np.zeros_like(array)
+    for index in np.ndindex(array.shape):
+        old = array[index]
+        array[index] = old + EPS
+        up = loss()
+        array[index] = old - EPS
+        down = loss()
+        array[index] = old
+        grad[index] = (up - down) / (2 * EPS)
+    return grad
