@@ -39,14 +39,18 @@ def interleaved_times(
 
     Round r of every contender ran at nearly the same moment, so a ratio taken within one
     round is little affected by the machine getting busier or quieter between rounds.
+    Each round starts one contender later than the last (A B C, B C A, C A B, ...), so
+    every contender follows every other equally often: what one call leaves behind (a
+    warm cache, memory just given back to the OS) does not always favour the same one.
     """
     for fn in contenders.values():  # warm-up
         fn()
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(reps):
-        for name, fn in contenders.items():
+    names = list(contenders)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(reps):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             t0 = time.perf_counter()
-            fn()
+            contenders[name]()
             times[name].append(time.perf_counter() - t0)
     return times
 
@@ -368,7 +372,10 @@ def bench_torch(reps: int, threads: int, shapes=TORCH_SHAPES) -> list[str]:
                         "mha": mha_o,
                         "sdpa": sdpa_o,
                     }
-                    t = interleaved_times(contenders, reps=max(3, reps // (1 + n // 128)))
+                    # 42 rounds at n = 128, 14 at n = 512, 10 (two full rotations of the five
+                    # contenders) at n = 2048, with 21 reps: with only 3 rounds the largest
+                    # shape's ratios moved by up to 0.3 between runs.
+                    t = interleaved_times(contenders, reps=max(10, 2 * reps // (1 + n // 256)))
                     med = {k: statistics.median(v) for k, v in t.items()}
                     r_w = median_ratio(t, "lib+w", "mha+w")
                     r_mha = median_ratio(t, "lib", "mha")

@@ -296,7 +296,8 @@ def _prepare(x_q, x_kv, params: MHAParams):
                 f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but the parameters "
                 f"have d_model={d}"
             )
-        _require_finite(x, name)
+        if name == "x_q" or x is not x_q:  # self-attention: one array, checked once
+            _require_finite(x, name)
     if x_q.shape[0] != x_kv.shape[0]:
         raise ValueError(f"x_q and x_kv have different batch sizes: {x_q.shape} and {x_kv.shape}")
     return x_q, x_kv, unbatched
@@ -327,15 +328,15 @@ def multi_head_attention(
     - 1/sqrt(d_k) is folded into W_q and b_q (d_model^2 multiplications, not n_q * n_k);
     - the heads are views into the projection (no copies), and the scores are computed in
       blocks of heads and query rows small enough to stay in the CPU cache, where the
-      softmax runs in place; with ``need_weights=True`` each block is written straight
-      into the returned weights;
+      softmax runs in place; with ``need_weights=True`` each finished block is written
+      once into the returned weights (the big array is touched once, not at every pass);
     - when every score is provably small (|score| <= |q_i| |k_j| by Cauchy-Schwarz, so
       the bound needs only the vectors' norms) exp cannot overflow or underflow and the
       usual "subtract the row's maximum" passes are skipped; otherwise they run;
     - with a mask, a block of query rows skips the keys after the last one any of its
       rows may attend to (with a causal mask, about half of the keys);
-    - without weights to return, the rows are normalised after ``P @ V`` (n_q * d_k
-      multiplications instead of n_q * n_k).
+    - the rows are normalised after ``P @ V`` (n_q * d_k multiplications instead of
+      n_q * n_k; the returned weights are normalised as they are written).
     """
     self_attention = x_q is x_kv
     x_q, x_kv, unbatched = _prepare(x_q, x_kv, params)
@@ -344,19 +345,33 @@ def multi_head_attention(
     n_k = x_kv.shape[1]
     h = params.n_heads
     mask = _batched_mask(mask, x_q, x_kv, h)
-    q, k, v = _project_heads(x_q, x_kv, params, fuse=self_attention)  # (batch, heads, n, d_k)
-    heads = np.empty((batch, n_q, h, params.d_k), np.result_type(q, k, v))
-    weights = np.empty((batch, h, n_q, n_k), np.result_type(q, k)) if need_weights else None
-    _attend_in_blocks(q, k, v, mask, heads.transpose(0, 2, 1, 3), weights)
-    out = _project(heads.reshape(batch * n_q, d), params.W_o, params.b_o).reshape(batch, n_q, d)
+    # Overflow is checked below (queries and keys, then the output) and raised as an error
+    # that says what happened, so NumPy's own overflow warnings would only repeat it.
+    with np.errstate(over="ignore", invalid="ignore"):
+        q, k, v = _project_heads(x_q, x_kv, params, fuse=self_attention)  # (batch, heads, n, d_k)
+        heads = np.empty((batch, n_q, h, params.d_k), np.result_type(q, k, v))
+        weights = np.empty((batch, h, n_q, n_k), np.result_type(q, k)) if need_weights else None
+        _attend_in_blocks(q, k, v, mask, heads.transpose(0, 2, 1, 3), weights)
+        out = _project(heads.reshape(batch * n_q, d), params.W_o, params.b_o)
+    out = out.reshape(batch, n_q, d)
+    if not np.isfinite(out).all():  # finite inputs, but a product overflowed on the way
+        raise ValueError(
+            f"the output contains NaN or inf: the inputs or weights are too large for "
+            f"{out.dtype} (the values, their weighted sums or W_o's products overflowed)"
+        )
     if unbatched:
         return out[0], None if weights is None else weights[0]
     return out, weights
 
 
-# Bytes of scores per block: 2 MB stays in a core's cache (L2 on current x86 CPUs) while the
-# softmax makes its passes over it, and gives matmuls of at least a few hundred rows.
-_BLOCK_BYTES = 2 << 20
+# Bytes of scores per block. A block of whole score matrices (several heads, or several
+# sequences, when sequences are short) stays within 2 MB, so that the softmax's passes over
+# it run in one core's L2 cache. A block of query rows of one long score matrix may grow to
+# 8 MB (it then sits in the shared L3): BLAS gets products of about a thousand rows and packs
+# K and V fewer times. Both sizes measured a few per cent faster than the other choice on
+# the course's 2-core machine, at the shapes `make bench` uses.
+_GROUP_BYTES = 2 << 20
+_ROW_BLOCK_BYTES = 8 << 20
 # Largest |score| for which exp(score) is used without subtracting the row's maximum: far
 # from overflow and underflow (float32: exp(+-88); float64: exp(+-709)), so every weight
 # keeps full relative precision.
@@ -403,7 +418,6 @@ def _attend_in_blocks(q, k, v, mask, heads_out, weights) -> None:
     n_k = k.shape[2]
     dtype = np.result_type(q, k)
     small = _largest_norm(q, "queries") * _largest_norm(k, "keys") <= _SAFE_SCORE.get(dtype, 0)
-    _largest_norm(v, "values")
     k_t = k.transpose(0, 1, 3, 2)  # (batch, heads, d_k, n_k)
     add = reach = None
     if mask is not None:
@@ -411,34 +425,35 @@ def _attend_in_blocks(q, k, v, mask, heads_out, weights) -> None:
         # reach[..., i]: query i attends only among keys 0 .. reach - 1, so a block of rows
         # can leave out the keys after its largest reach (a causal mask halves the work).
         reach = np.where(mask.any(axis=-1), n_k - np.argmax(mask[..., ::-1], axis=-1), 0)
-    block = max(1, _BLOCK_BYTES // dtype.itemsize)
-    rows = max(1, min(n_q, block // n_k))  # query rows per block
-    hs = max(1, min(h, block // (rows * n_k))) if rows == n_q else 1  # heads per block
-    scratch = np.empty(hs * rows * n_k, dtype) if weights is None else None
-    top = np.empty((hs, rows, 1), dtype)
-    inv = np.empty((hs, rows, 1), dtype)
+    rows = max(1, min(n_q, _ROW_BLOCK_BYTES // dtype.itemsize // n_k))  # query rows per block
+    group = _GROUP_BYTES // dtype.itemsize  # scores per block of whole score matrices
+    hs = max(1, min(h, group // (n_q * n_k))) if rows == n_q else 1  # heads per block
+    bs = max(1, min(batch, group // (h * n_q * n_k))) if hs == h else 1  # sequences per block
+    scratch = np.empty(bs * hs * rows * n_k, dtype)  # the scores of one block, kept in cache
+    top = np.empty((bs, hs, rows, 1), dtype)
+    inv = np.empty((bs, hs, rows, 1), dtype)
     ones = np.ones((n_k, 1), dtype)  # row sums as S @ ones: a BLAS call, 3-4x np.sum's speed
-    for b in range(batch):
+    for b0 in range(0, batch, bs):
+        seqs = slice(b0, min(batch, b0 + bs))
+        nb = seqs.stop - b0
         for h0 in range(0, h, hs):
             heads = slice(h0, min(h, h0 + hs))
             nh = heads.stop - h0
             for r0 in range(0, n_q, rows):
                 rs = slice(r0, min(n_q, r0 + rows))
                 nr = rs.stop - r0
-                n_used = n_k if reach is None else int(_block_of(reach, b, heads, rs).max())
-                o = heads_out[b, heads, rs]  # (nh, nr, d_k)
-                if weights is None:
-                    S = scratch[: nh * nr * n_used].reshape(nh, nr, n_used)
-                else:
-                    S = weights[b, heads, rs, :n_used]
-                    weights[b, heads, rs, n_used:] = 0.0
+                n_used = n_k if reach is None else int(_block_of(reach, seqs, heads, rs).max())
+                o = heads_out[seqs, heads, rs]  # (nb, nh, nr, d_k)
+                if weights is not None:
+                    weights[seqs, heads, rs, n_used:] = 0.0
                 if n_used == 0:  # no query in this block may attend to anything
                     o[...] = 0.0
                     continue
-                t, s = top[:nh, :nr], inv[:nh, :nr]
-                np.matmul(q[b, heads, rs], k_t[b, heads, :, :n_used], out=S)
+                S = scratch[: nb * nh * nr * n_used].reshape(nb, nh, nr, n_used)
+                t, s = top[:nb, :nh, :nr], inv[:nb, :nh, :nr]
+                np.matmul(q[seqs, heads, rs], k_t[seqs, heads, :, :n_used], out=S)
                 if add is not None:
-                    np.add(S, _block_of(add, b, heads, rs)[..., :n_used], out=S)
+                    np.add(S, _block_of(add, seqs, heads, rs)[..., :n_used], out=S)
                 if not small:  # subtract each row's maximum (0 for a fully masked row)
                     np.max(S, axis=-1, keepdims=True, out=t)
                     t[np.isneginf(t)] = 0.0
@@ -446,19 +461,17 @@ def _attend_in_blocks(q, k, v, mask, heads_out, weights) -> None:
                 np.exp(S, out=S)
                 np.matmul(S, ones[:n_used], out=s)
                 np.divide(1.0, s, out=s, where=s > 0)  # a fully masked row keeps 0: weights 0
-                if weights is not None:
-                    np.multiply(S, s, out=S)
-                    np.matmul(S, v[b, heads, :n_used], out=o)
-                else:
-                    np.matmul(S, v[b, heads, :n_used], out=o)
-                    np.multiply(o, s, out=o)
+                np.matmul(S, v[seqs, heads, :n_used], out=o)
+                np.multiply(o, s, out=o)  # normalise after P @ V: d_k numbers per row, not n_k
+                if weights is not None:  # written once, from the block in cache
+                    np.multiply(S, s, out=weights[seqs, heads, rs, :n_used])
 
 
-def _block_of(a: np.ndarray, b: int, heads: slice, rows: slice) -> np.ndarray:
-    """The (heads, rows, ...) block of an array of 3 or 4 axes (batch, heads, rows, ...)
+def _block_of(a: np.ndarray, seqs: slice, heads: slice, rows: slice) -> np.ndarray:
+    """The (seqs, heads, rows, ...) block of an array of 3 or 4 axes (batch, heads, rows, ...)
     that broadcasts over its size-1 axes."""
     return a[
-        b if a.shape[0] > 1 else 0,
+        seqs if a.shape[0] > 1 else slice(None),
         heads if a.shape[1] > 1 else slice(None),
         rows if a.shape[2] > 1 else slice(None),
     ]

@@ -19,14 +19,15 @@ def rng():
 
 
 @contextlib.contextmanager
-def block_bytes(n):
-    """Make the blocks tiny, so that a small problem is cut into many blocks."""
-    old = A._BLOCK_BYTES
-    A._BLOCK_BYTES = n
+def block_bytes(rows, group=None):
+    """Make the blocks tiny, so that a small problem is cut into many blocks: blocks of
+    query rows of `rows` bytes, groups of whole score matrices of `group` bytes."""
+    old = A._ROW_BLOCK_BYTES, A._GROUP_BYTES
+    A._ROW_BLOCK_BYTES, A._GROUP_BYTES = rows, rows if group is None else group
     try:
         yield
     finally:
-        A._BLOCK_BYTES = old
+        A._ROW_BLOCK_BYTES, A._GROUP_BYTES = old
 
 
 def random_mask(rng, kind, batch, h, n_q, n_k):
@@ -59,6 +60,7 @@ def cases(draw):
         ),
         scale=draw(st.sampled_from([1.0, 30.0])),  # 30: scores too big to skip the max
         block=draw(st.sampled_from([8, 40, 200, 2 << 20])),
+        group=draw(st.sampled_from([8, 40, 200, 1000, 2 << 20])),
         dtype=draw(st.sampled_from([np.float64, np.float32])),
         seed=draw(seeds),
     )
@@ -74,7 +76,7 @@ def test_fast_version_equals_the_reshape_version(c):
     x_kv = x_q if c["self_attention"] else rng.normal(size=(c["batch"], n_k, d)).astype(c["dtype"])
     mask = random_mask(rng, c["mask"], c["batch"], c["h"], c["n_q"], n_k)
     want_out, want_w = A.multi_head_attention_reshape(x_q, x_kv, params, mask)
-    with block_bytes(c["block"]):
+    with block_bytes(c["block"], c["group"]):
         out, w = A.multi_head_attention(x_q, x_kv, params, mask)
         out_only, none = A.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
     tol = 1e-4 if c["dtype"] == np.float32 else 1e-10
@@ -138,3 +140,18 @@ def test_bad_parameters_and_overflow_are_reported(rng):
     params = A.init_mha_params(8, 2, rng, dtype=np.float32)
     with pytest.raises(ValueError, match=r"projected queries contain NaN or inf.*float32"):
         A.multi_head_attention(np.full((1, 3, 8), 1e30, np.float32), x.astype(np.float32), params)
+
+
+def test_overflow_in_the_values_or_output_is_reported(rng):
+    """Finite inputs and weights whose products overflow float32 in V or in W_o: an error
+    naming the dtype, never an output holding inf or NaN."""
+    x = 1.0 + rng.uniform(size=(1, 3, 8)).astype(np.float32)  # all positive: sums can't cancel
+    params = A.init_mha_params(8, 2, rng, dtype=np.float32)
+    params.W_v[:] = 1e38  # every value is 8 * 1e38 * x > float32's max; queries, keys small
+    with pytest.raises(ValueError, match=r"output contains NaN or inf.*float32"):
+        A.multi_head_attention(x, x, params)
+    params = A.init_mha_params(8, 2, rng, dtype=np.float32)
+    params.W_v[:] = np.abs(params.W_v)  # positive head outputs, so each output sums
+    params.W_o[:] = 3e38  # 8 positive terms of about 3e38: finite heads, overflowing output
+    with pytest.raises(ValueError, match=r"output contains NaN or inf.*float32"):
+        A.multi_head_attention(x, x, params)
