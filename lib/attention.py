@@ -327,7 +327,7 @@ def multi_head_attention(
     - self-attention (``x_q is x_kv``) projects with one matmul by [W_q | W_k | W_v];
     - 1/sqrt(d_k) is folded into W_q and b_q (d_model^2 multiplications, not n_q * n_k);
     - the heads are views into the projection (no copies), and the scores are computed in
-      blocks of heads and query rows small enough to stay in the CPU cache, where the
+      blocks (of sequences, heads or query rows) sized to stay in the CPU cache, where the
       softmax runs in place; with ``need_weights=True`` each finished block is written
       once into the returned weights (the big array is touched once, not at every pass);
     - when every score is provably small (|score| <= |q_i| |k_j| by Cauchy-Schwarz, so
