@@ -412,7 +412,7 @@ def _largest_norm(x: np.ndarray, name: str) -> float:
 
 
 def _attend_in_blocks(q, k, v, mask, heads_out, weights) -> None:
-    """softmax(q k^T, masked) v for blocks of (heads, query rows), into heads_out
+    """softmax(q k^T, masked) v for blocks of (sequences, heads, query rows), into heads_out
     (batch, heads, n_q, d_k) and, if it is not None, weights (batch, heads, n_q, n_k)."""
     batch, h, n_q, _ = q.shape
     n_k = k.shape[2]
