@@ -397,6 +397,132 @@ def bench_torch(reps: int, threads: int, shapes=TORCH_SHAPES) -> list[str]:
     return missed
 
 
+def _torch_parts(shape, dtype):
+    """(part, floating-point operations or None, NumPy call or None, torch call) for
+    :func:`bench_torch_parts`: the pieces of one multi-head self-attention forward."""
+    import torch
+    from torch.nn import functional as F
+
+    batch, n, d, h = shape
+    d_k = d // h
+    rng = np.random.default_rng(0)
+    params = A.init_mha_params(d, h, rng, bias=True, dtype=dtype)
+    x = rng.normal(size=(batch, n, d)).astype(dtype)
+    scale = 1.0 / np.sqrt(d_k)  # folded into W_q and b_q, as lib does
+    W = np.concatenate([params.W_q * scale, params.W_k, params.W_v], axis=1).astype(dtype)
+    b = np.concatenate([params.b_q * scale, params.b_k, params.b_v]).astype(dtype)
+    x2 = x.reshape(batch * n, d)
+    qkv = (x2 @ W + b).reshape(batch, n, 3, h, d_k)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # lib's views
+    k_t = k.transpose(0, 1, 3, 2)
+    q_c, k_c, k_t_c, v_c = (np.ascontiguousarray(a) for a in (q, k, k_t, v))
+    S = np.zeros((batch, h, n, n), dtype)
+    heads = np.ascontiguousarray(v_c.transpose(0, 2, 1, 3)).reshape(batch * n, d)
+    # torch's side: (batch, heads, n, d_k) contiguous tensors, weights as (out, in)
+    tx, tx2, tW, tb = (torch.from_numpy(a) for a in (x, x2, W.T.copy(), b))
+    theads = torch.from_numpy(heads)
+    tW_o, tb_o = torch.from_numpy(params.W_o.T.copy()), torch.from_numpy(params.b_o)
+    tq, tk, tv = (torch.from_numpy(a) for a in (q_c, k_c, v_c))
+    tS = torch.zeros(batch, h, n, n, dtype=tq.dtype)
+    mha, _ = _torch_layers_from_lib(params, tq.dtype)
+
+    def project(x, W, b):  # as lib does it: the bias added in place, no second array
+        y = x @ W
+        y += b
+        return y
+
+    projection = 2 * batch * n * d * d  # one (batch n x d) @ (d x d) product
+    per_head = 2 * batch * h * n * n * d_k  # q k^T, or P v, over all heads
+    return [
+        (
+            "QKV projection + bias",
+            3 * projection,
+            lambda: project(x2, W, b),
+            lambda: F.linear(tx2, tW, tb),
+        ),
+        (
+            "output projection + bias",
+            projection,
+            lambda: project(heads, params.W_o, params.b_o),
+            lambda: F.linear(theads, tW_o, tb_o),
+        ),
+        (
+            "scores q k^T, lib's views",
+            per_head,
+            lambda: np.matmul(q, k_t, out=S),
+            lambda: torch.matmul(tq, tk.transpose(-1, -2), out=tS),
+        ),
+        (
+            "scores q k^T, contiguous",
+            per_head,
+            lambda: np.matmul(q_c, k_t_c, out=S),
+            lambda: torch.matmul(tq, tk.transpose(-1, -2), out=tS),
+        ),
+        ("P v, lib's views", per_head, lambda: np.matmul(S, v), lambda: torch.matmul(tS, tv)),
+        ("P v, contiguous", per_head, lambda: np.matmul(S, v_c), lambda: torch.matmul(tS, tv)),
+        ("exp of the scores", None, lambda: np.exp(S), lambda: torch.exp(tS)),
+        (
+            "attention core (torch: SDPA)",
+            None,
+            None,
+            lambda: F.scaled_dot_product_attention(tq, tk, tv),
+        ),
+        (
+            "whole layer, output only",
+            None,
+            lambda: A.multi_head_attention(x, x, params, need_weights=False),
+            lambda: mha(tx, tx, tx, need_weights=False),
+        ),
+    ]
+
+
+def bench_torch_parts(reps: int, threads: int, shape=TORCH_SHAPES[0]) -> None:
+    """Where the time goes at one shape: the same products and passes in NumPy and torch.
+
+    The target lib <= nn.MultiheadAttention is hardest at the smallest shape. This times
+    the pieces both sides are made of, on the same data, so that the report can say which
+    piece a difference comes from rather than guess.
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    print(f"\n== Where the time goes at (batch, n, d, h) = {shape}, no mask ==")
+    print("'lib's views': q, k, v as lib has them, views into the fused projection (rows")
+    print("  3 d apart); 'contiguous': each head's q, k^T, v as its own contiguous array, which")
+    print("  lib would have to pay a copy to get. torch always gets contiguous tensors.")
+    print(f"GFLOP/s count 2 m n k per (m x k) @ (k x n) product; {threads} thread(s) for both")
+    torch.set_num_threads(threads)
+    with threadpool_limits(limits=threads), torch.inference_mode():
+        for dtype in (np.float32, np.float64):
+            rows = _torch_parts(shape, dtype)
+            contenders = {}
+            tol = 1e-4 if dtype == np.float32 else 1e-10
+            for part, _, np_call, torch_call in rows:  # in order: the scores, then P v on them
+                if np_call is not None:
+                    contenders["numpy: " + part] = np_call
+                    want, got = (c() for c in (np_call, torch_call))
+                    if isinstance(want, tuple):  # the whole layers: (output, weights=None)
+                        want, got = want[0], got[0]
+                    if not np.allclose(got.numpy(), want, rtol=tol, atol=tol):
+                        raise AssertionError(f"NumPy and torch disagree on {part} at {shape}")
+                contenders["torch: " + part] = torch_call
+            med = interleaved_medians(contenders, reps=2 * reps)
+            print(f"\n{np.dtype(dtype).name}:")
+            print(
+                f"  {'part':<30} {'NumPy':>11} {'torch':>11} {'NumPy/torch':>11} "
+                f"{'GFLOP/s NumPy':>13} {'torch':>6}"
+            )
+            for part, flop, _, _ in rows:
+                t_torch = med["torch: " + part]
+                t_np = med.get("numpy: " + part)  # None: no NumPy counterpart
+                line = f"  {part:<30} " + (f"{'-':>11}" if t_np is None else fmt_time(t_np))
+                line += f" {fmt_time(t_torch)} "
+                line += f"{'-':>11}" if t_np is None else f"{t_np / t_torch:10.2f}x"
+                if flop is not None:
+                    line += f" {flop / t_np / 1e9:13.0f} {flop / t_torch / 1e9:6.0f}"
+                print(line)
+
+
 SECTIONS = ("lists", "loop", "gflops", "training", "bert", "torch")
 # --------------------------------------------------------------------------- pretrained BERT
 
@@ -466,6 +592,7 @@ def main() -> None:
         print("  all met in this run" if not missed else "  not met in this run:")
         for line in missed:
             print(f"  - {line}")
+        bench_torch_parts(reps, args.threads)
 
 
 if __name__ == "__main__":
