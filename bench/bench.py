@@ -426,24 +426,19 @@ def _torch_parts(shape, dtype):
     tS = torch.zeros(batch, h, n, n, dtype=tq.dtype)
     mha, _ = _torch_layers_from_lib(params, tq.dtype)
 
-    def project(x, W, b):  # as lib does it: the bias added in place, no second array
-        y = x @ W
-        y += b
-        return y
-
     projection = 2 * batch * n * d * d  # one (batch n x d) @ (d x d) product
     per_head = 2 * batch * h * n * n * d_k  # q k^T, or P v, over all heads
     return [
         (
             "QKV projection + bias",
             3 * projection,
-            lambda: project(x2, W, b),
+            lambda: A._project(x2, W, b),  # lib's own: x @ W, then += b
             lambda: F.linear(tx2, tW, tb),
         ),
         (
             "output projection + bias",
             projection,
-            lambda: project(heads, params.W_o, params.b_o),
+            lambda: A._project(heads, params.W_o, params.b_o),
             lambda: F.linear(theads, tW_o, tb_o),
         ),
         (
