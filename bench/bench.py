@@ -21,6 +21,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import random  # noqa: E402
+import re  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -78,6 +79,60 @@ def fmt_time(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:8.2f} ms"
     return f"{seconds:8.2f} s "
+
+
+# --------------------------------------------------------------------------- which kernels
+
+
+def numpy_blas() -> dict:
+    """threadpoolctl's record of NumPy's BLAS (internal_api, version, architecture, ...)."""
+    from threadpoolctl import threadpool_info
+
+    blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
+    return blas[0] if blas else {}
+
+
+def openblas_own_choice() -> str | None:
+    """The kernels OpenBLAS picks on this CPU when OPENBLAS_CORETYPE does not force them,
+    asked of a fresh Python (the choice is made once, when NumPy is first imported)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    code = (
+        "import numpy, threadpoolctl\n"
+        "print(*[i.get('architecture') for i in threadpoolctl.threadpool_info()"
+        " if i['user_api'] == 'blas'][:1])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if done.returncode != 0 or not done.stdout.strip():
+        return None
+    return done.stdout.strip()
+
+
+def describe_numpy_blas() -> None:
+    """Print which BLAS kernels NumPy runs, and say so when the environment forces them.
+
+    Matrix products are most of the time of every benchmark below, and their speed depends
+    on the kernels OpenBLAS runs (AVX2 or AVX-512 ones, say). OpenBLAS picks them for the
+    CPU when NumPy is imported, unless OPENBLAS_CORETYPE names others.
+    """
+    blas = numpy_blas()
+    if not blas:
+        print("NumPy's BLAS: not reported by threadpoolctl")
+        return
+    kernels = blas.get("architecture") or "unreported"
+    print(f"NumPy's BLAS: {blas['internal_api']} {blas['version']}, {kernels} kernels")
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    if blas["internal_api"] == "openblas" and forced:
+        own = openblas_own_choice()
+        if own and own != kernels:
+            print(
+                f"  OPENBLAS_CORETYPE={forced} is set in this environment: without it, OpenBLAS "
+                f"would run its {own} kernels on this CPU.\n"
+                "  Every NumPy time below depends on that choice; to measure OpenBLAS's own:"
+                " env -u OPENBLAS_CORETYPE make bench"
+            )
 
 
 # --------------------------------------------------------------------------- lists vs NumPy
@@ -304,6 +359,14 @@ def bench_torch(reps: int, threads: int, shapes=TORCH_SHAPES) -> list[str]:
     print(
         f"threads: {threads} for NumPy's BLAS (threadpoolctl) and {threads} for torch "
         "(torch.set_num_threads); torch runs in eval mode under torch.inference_mode()"
+    )
+    torch_blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    numpy_kernels = numpy_blas().get("architecture", "unreported")
+    chosen_by = "set by OPENBLAS_CORETYPE" if os.environ.get("OPENBLAS_CORETYPE") else "its own"
+    print(
+        f"kernels: torch {torch.backends.cpu.get_cpu_capability()} for its own code (SDPA, exp)"
+        f" and {torch_blas.group(1) if torch_blas else 'an unreported BLAS'} for matrix products;"
+        f" NumPy's OpenBLAS {numpy_kernels} ({chosen_by})"
     )
     print("contenders, each on the same weights and input (outputs checked equal first):")
     print("  lib+w    A.multi_head_attention(x, x, params, mask): output + per-head weights")
@@ -568,6 +631,7 @@ def main() -> None:
     print(
         f"numpy {np.__version__}; medians of {reps} interleaved repetitions (fewer for big shapes)"
     )
+    describe_numpy_blas()
     run = set(SECTIONS) if args.only is None else {args.only}
     if "lists" in run:
         bench_lists_vs_numpy(reps)
@@ -583,7 +647,10 @@ def main() -> None:
         # --quick leaves out the largest shape, which alone takes about a minute.
         shapes = TORCH_SHAPES[:2] if args.quick else TORCH_SHAPES
         missed = bench_torch(reps, args.threads, shapes)
-        print("\ntargets (no mask): lib <= nn.MultiheadAttention, lib <= 1.3 x SDPA module:")
+        print(
+            "\ntargets (no mask): lib <= nn.MultiheadAttention, lib <= 1.3 x SDPA module, with "
+            f"NumPy on OpenBLAS's {numpy_blas().get('architecture', 'unreported')} kernels:"
+        )
         print("  all met in this run" if not missed else "  not met in this run:")
         for line in missed:
             print(f"  - {line}")
