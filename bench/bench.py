@@ -361,12 +361,11 @@ def bench_torch(reps: int, threads: int, shapes=TORCH_SHAPES) -> list[str]:
         "(torch.set_num_threads); torch runs in eval mode under torch.inference_mode()"
     )
     torch_blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
-    numpy_kernels = numpy_blas().get("architecture", "unreported")
-    chosen_by = "set by OPENBLAS_CORETYPE" if os.environ.get("OPENBLAS_CORETYPE") else "its own"
+    blas = numpy_blas()
     print(
         f"kernels: torch {torch.backends.cpu.get_cpu_capability()} for its own code (SDPA, exp)"
         f" and {torch_blas.group(1) if torch_blas else 'an unreported BLAS'} for matrix products;"
-        f" NumPy's OpenBLAS {numpy_kernels} ({chosen_by})"
+        f" NumPy {blas.get('internal_api', 'BLAS')} {blas.get('architecture', 'unreported')}"
     )
     print("contenders, each on the same weights and input (outputs checked equal first):")
     print("  lib+w    A.multi_head_attention(x, x, params, mask): output + per-head weights")
