@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: install lab test lint bench student clean
+.PHONY: install lab test lint bench student clean notebooks-links test-colab
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -34,6 +34,16 @@ lint: install
 test: lint
 	$(BIN)/python -m pytest --nbval --nbval-current-env tests notebooks
 
+# Every notebook alone in a Colab-like environment (Colab's package versions), its set-up cell
+# installing the course from a wheel of this checkout; see tools/colab.py and the README.
+test-colab: install
+	$(BIN)/python tools/colab.py
+
+# Write the Colab badges, the set-up cells and the packaged data from pyproject.toml's
+# [project.urls] Repository (the course's public address); see tools/notebook_links.py.
+notebooks-links: install
+	$(BIN)/python tools/notebook_links.py
+
 bench: install
 	$(BIN)/python bench/bench.py
 
@@ -43,4 +53,4 @@ student: install
 	$(BIN)/python tools/make_student.py --out build/student
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .hypothesis .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-colab build .pytest_cache .hypothesis .ruff_cache *.egg-info

