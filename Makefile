@@ -22,10 +22,14 @@ install: $(STAMP)
 # Jupyter refuses to start as root unless told to (containers, some cloud machines).
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-# `make lab LAB_DIR=homework` opens another folder (e.g. the student release) instead.
-LAB_DIR ?= notebooks/
+# JupyterLab at the repository root (lib/, data/ and tests/, which the notebooks mention, are
+# one click away) with notebook 01 open. `make lab LAB_DIR=homework` opens another folder
+# (e.g. the student release) instead; LAB_FLAGS passes more options (make test-browser uses it).
+LAB_DIR ?= .
+LAB_OPEN ?= $(if $(filter .,$(LAB_DIR)),notebooks/01_attention_with_lists.ipynb)
 lab: install
-	$(BIN)/jupyter lab $(ALLOW_ROOT) $(LAB_DIR)
+	$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=$(LAB_DIR) \
+		$(if $(LAB_OPEN),--LabApp.default_url=/lab/tree/$(LAB_OPEN)) $(LAB_FLAGS)
 
 lint: install
 	$(BIN)/ruff check lib tests bench tools notebooks
