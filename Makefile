@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: install lab test lint bench student clean notebooks-links test-colab
+.PHONY: install lab test lint bench student clean notebooks-links test-colab normalize execute
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -42,6 +42,20 @@ test: lint
 # installing the course from a wheel of this checkout; see tools/colab.py and the README.
 test-colab: install
 	$(BIN)/python tools/colab.py
+
+# Strip volatile metadata from the stored notebooks (tools/normalize_notebooks.py).
+normalize: install
+	$(BIN)/python tools/normalize_notebooks.py
+
+# Re-execute notebooks top to bottom in a fresh kernel, then normalise them:
+# `make execute` (all) or `make execute NB="notebooks/03_multi_head_attention.ipynb"`.
+NB ?= $(wildcard notebooks/*.ipynb)
+execute: install
+	for nb in $(NB); do \
+		$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+			--ExecutePreprocessor.record_timing=False $$nb || exit 1; \
+	done
+	$(BIN)/python tools/normalize_notebooks.py $(NB)
 
 # Write the Colab badges, the set-up cells and the packaged data from pyproject.toml's
 # [project.urls] Repository (the course's public address); see tools/notebook_links.py.

@@ -185,7 +185,9 @@ def main(argv=None) -> int:
     started = time.monotonic()
 
     python, version = find_python(args.python)
-    if not version.startswith("3.13."):
+    if args.python:
+        log(f"using the requested Python {version} (Colab runs 3.13)")
+    elif not version.startswith("3.13."):
         log(f"Python 3.13 (Colab's) not found; using Python {version} instead")
     env_python = build_env(python, version, args.env.resolve())
     for note in report_versions(env_python):
