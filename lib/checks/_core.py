@@ -166,6 +166,25 @@ def diagnose(
                 raise CheckFailed(message)
 
 
+def same_unstable(tol: float = 1e-7) -> Callable[[object, object], bool]:
+    """Equality for answers of numerically unstable mistakes: where the mistake gives NaN
+    or inf, the answer may give NaN, inf or 0 (a student's guard may have replaced the NaN);
+    everywhere else the values must agree within ``tol``."""
+
+    def same(got, wrong) -> bool:
+        got, wrong = np.asarray(got, dtype=float), np.asarray(wrong, dtype=float)
+        if got.shape != wrong.shape:
+            return False
+        bad = ~np.isfinite(wrong)
+        if not bad.any():
+            return close(got, wrong, tol)
+        if not np.all(~np.isfinite(got[bad]) | (got[bad] == 0)):
+            return False
+        return bool(np.allclose(got[~bad], wrong[~bad], rtol=tol, atol=tol))
+
+    return same
+
+
 def same_value(a, b) -> bool:
     """Equality for scalar answers (exact for integers, within 1e-9 for floats)."""
     try:

@@ -8,7 +8,17 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import attention as A
-from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed, same_array
+from ._core import (
+    CheckFailed,
+    as_array,
+    call,
+    close,
+    diagnose,
+    expect_shape,
+    passed,
+    same_array,
+    same_unstable,
+)
 from .nb01_lists import check_attention_result
 
 
@@ -17,13 +27,16 @@ def _exp_normalise(shifted):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-# Rows where instability shows (see notebook 01's check): near +1000, near -1000, and far
-# apart; then an ordinary row, so that a shift by the whole array's maximum shows too.
+# Rows where instability shows (see notebook 01's check): near +1000, near -1000, far apart
+# in three ways that tell a shift by the row's minimum, mean or first score from the right
+# one (the maximum), and an ordinary row, where a shift by the whole array's maximum shows.
 _UNSTABLE = np.array(
     [
         [1000.0, 1001.0, 999.0, 1000.5],
         [-1000.0, -1001.0, -999.0, -1000.5],
-        [-800.0, 0.0, 800.0, 1.0],
+        [-800.0, 0.0, 800.0, 1.0],  # overflows after a shift by min, mean or first score
+        [-750.0, 0.0, 1.0, 2.0],  # ... by min or first score
+        [5.0, 0.0, -740.0, 1.0],  # ... by min only
         [0.5, -1.0, 2.0, 0.0],
     ]
 )
@@ -80,7 +93,7 @@ def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
             )
         raise CheckFailed(f"{name}: rows sum to 1 but the values are wrong.")
 
-    for x in (_UNSTABLE, _UNSTABLE[[2, 0, 3, 1]].reshape(2, 2, 4)):
+    for x in (_UNSTABLE, _UNSTABLE[[2, 5, 0, 4, 3, 1]].reshape(2, 3, 4)):
         got = run(x)
         if close(got, A.softmax(x)):
             continue
@@ -114,6 +127,7 @@ def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
                     "row's own maximum (keepdims=True), not the maximum of the whole array.",
                 ),
             ],
+            same=same_unstable(),
         )
         if not np.isfinite(got).all():
             raise CheckFailed(

@@ -8,7 +8,16 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import attention as A
-from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed
+from ._core import (
+    CheckFailed,
+    as_array,
+    call,
+    close,
+    diagnose,
+    expect_shape,
+    passed,
+    same_unstable,
+)
 
 
 def check_softmax_backward(
@@ -170,7 +179,7 @@ def check_cross_entropy_grad(grad_fn: Callable[[np.ndarray, np.ndarray], np.ndar
         _, expected = cross_entropy(logits, targets)
         if close(got, expected, 1e-9):
             continue
-        diagnose(got, _ce_mistakes(name, logits, targets, expected), tol=1e-9)
+        diagnose(got, _ce_mistakes(name, logits, targets, expected), same=same_unstable(1e-9))
         if not np.isfinite(got).all():
             raise CheckFailed(
                 f"{name}: NaN or inf in the gradient for logits of several hundred; subtract "
