@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: install lab test lint bench student clean
+.PHONY: install lab test lint bench student grade clean
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -34,13 +34,27 @@ lint: install
 test: lint
 	$(BIN)/python -m pytest --nbval --nbval-current-env tests notebooks
 
-bench: install
+# nbgrader is a bench-only dependency (the grading section times it against tools/grade.py).
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP) requirements-bench.txt
+	$(PIP) install -c constraints.txt -r requirements-bench.txt
+	touch $@
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python bench/bench.py
 
 # The student release (solutions replaced by stubs, outputs cleared) in build/student/;
 # see docs/instructor_guide.md.
 student: install
-	$(BIN)/python tools/make_student.py --out build/student
+	$(BIN)/python -m tools.make_student --out build/student
+
+# Grade submissions with the checks: `make grade SUBMISSIONS=path/to/submitted` (a folder
+# with one folder per student, or notebooks); the gradebook goes to build/grades/.
+# JOBS=N grades N notebooks at once; see docs/instructor_guide.md.
+SUBMISSIONS ?= submitted
+JOBS ?= 1
+grade: install
+	$(BIN)/python -m tools.grade $(SUBMISSIONS) --jobs $(JOBS) --out build/grades
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis .ruff_cache *.egg-info
