@@ -4,9 +4,10 @@ import re
 
 import nbformat
 import pytest
-from helpers import ROOT, load_tool
+from helpers import ROOT
 
-normalize = load_tool("normalize_notebooks")
+from tools import normalize_notebooks as normalize
+
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
