@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: install lab test lint bench student grade clean notebooks-links test-colab normalize execute
+.PHONY: install lab lab-student test lint bench student grade clean notebooks-links test-colab normalize execute
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -75,6 +75,15 @@ bench: $(BENCH_STAMP)
 # see docs/instructor_guide.md.
 student: install
 	$(BIN)/python -m tools.make_student --out build/student
+
+# For self-learners: the blank student notebooks in JupyterLab. They are copied to homework/
+# once; a notebook already there (your work) is never overwritten.
+lab-student: student
+	mkdir -p homework
+	for nb in build/student/*.ipynb; do \
+		test -e homework/$$(basename $$nb) || cp $$nb homework/; \
+	done
+	$(MAKE) lab LAB_DIR=homework
 
 # Grade submissions with the checks: `make grade SUBMISSIONS=path/to/submitted` (a folder
 # with one folder per student, or notebooks); the gradebook goes to build/grades/.

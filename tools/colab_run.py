@@ -130,10 +130,10 @@ def run_one(path: Path, wheel: Path, colab_saved: bool, out_dir: Path | None) ->
             os.environ.clear()
             os.environ.update(env_before)
         result["seconds"] = round(time.monotonic() - started, 1)
-        if out_dir is not None:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            suffix = ".colab-saved.ipynb" if colab_saved else ".ipynb"
-            nbformat.write(nb, out_dir / (path.stem + suffix))
+        if out_dir is not None:  # a Colab-saved run goes to its own folder, for grading
+            folder_out = out_dir / "colab-saved" if colab_saved else out_dir
+            folder_out.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, folder_out / path.name)
     setup = next((c for c in nb.cells if c.cell_type == "code"), None)
     result["setup_output"] = "".join(
         o.get("text", "") for o in (setup.outputs if setup else []) if o.output_type == "stream"

@@ -281,8 +281,11 @@ class Kernel:
         msg_id = self.kc.execute(code, store_history=False, allow_stdin=False)
         start = time.monotonic()
         while True:
-            while self.kc.iopub_channel.msg_ready():  # outputs are not needed: drop them
-                self.kc.iopub_channel.get_msg(timeout=0)
+            while True:  # outputs are not needed: drop them (works on jupyter_client 7 and 8)
+                try:
+                    self.kc.get_iopub_msg(timeout=0)
+                except queue.Empty:
+                    break
             try:
                 reply = self.kc.get_shell_msg(timeout=0.05)
             except queue.Empty:
