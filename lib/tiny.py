@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import _validate as V
 from .attention import MHAParams, causal_mask
 from .backprop import mha_backward, mha_forward, weight_gradient
 
@@ -83,13 +84,9 @@ def copy_offsets_task(
 
 
 def _check_task_args(n_seqs: int, seq_len: int, vocab_size: int) -> None:
-    for name, value, low in (
-        ("n_seqs", n_seqs, 1),
-        ("seq_len", seq_len, 2),
-        ("vocab_size", vocab_size, 2),
-    ):
-        if not isinstance(value, int | np.integer) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    V.count(n_seqs, "n_seqs", low=1)
+    V.count(seq_len, "seq_len", low=2)
+    V.count(vocab_size, "vocab_size", low=2)
 
 
 # --------------------------------------------------------------------------- the model
@@ -136,9 +133,16 @@ class TinyModel:
         """Logits (batch, n, slots, classes), weights (batch, heads, n, n) and a cache."""
         ids = self._check_ids(ids)
         batch, n = ids.shape
+        for name in ("tok_emb", "pos_emb", "W_out", "b_out"):  # the rest: mha_forward checks
+            V.finite(self.params[name], name)
         x = self.params["tok_emb"][ids] + self.params["pos_emb"][:n]  # (batch, n, d)
         a, weights, mha_cache = mha_forward(x, x, self.mha_params(), causal_mask(n), head_mask)
-        logits = a @ self.params["W_out"] + self.params["b_out"]  # (batch, n, slots * classes)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
+            logits = a @ self.params["W_out"] + self.params["b_out"]  # (batch, n, slots*classes)
+        if not V.all_finite(logits):
+            raise V.overflow("the logits a @ W_out + b_out", logits.dtype, {
+                "a": a, "W_out": self.params["W_out"], "b_out": self.params["b_out"]
+            })  # fmt: skip
         logits = logits.reshape(batch, n, self.n_slots, self.n_classes)
         return logits, weights, (ids, a, mha_cache)
 
@@ -146,6 +150,8 @@ class TinyModel:
         """Gradients of every parameter (and of the head mask) from dL/dlogits."""
         ids, a, mha_cache = cache
         p = self.params
+        d_logits = V.real_array(d_logits, "d_logits")
+        V.finite(d_logits, "d_logits")
         d_logits = d_logits.reshape(*ids.shape, -1)  # (batch, n, slots * classes)
         grads = {
             "W_out": weight_gradient(a, d_logits),
@@ -210,11 +216,11 @@ def init_tiny_model(
     dtype=np.float64,
 ) -> TinyModel:
     """Embeddings N(0, 1); square weights Glorot-uniform; readout N(0, 1/d); biases 0."""
-    if d_model % n_heads:
-        raise ValueError(
-            f"d_model={d_model} is not divisible by n_heads={n_heads}; valid head counts are "
-            f"{[h for h in range(1, d_model + 1) if d_model % h == 0]}"
-        )
+    V.heads(d_model, n_heads)
+    for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("n_classes", n_classes),
+                        ("n_slots", n_slots)):  # fmt: skip
+        V.count(value, name)
+    dtype = V.float_dtype(dtype)
     limit = math.sqrt(6.0 / (2 * d_model))
     p = {
         "tok_emb": rng.normal(0.0, 1.0, (vocab_size, d_model)),
@@ -237,7 +243,8 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
 
     logits (..., classes); targets (...) ints in 0..classes-1, or -1 for "not scored".
     """
-    logits = np.asarray(logits)
+    logits = V.real_array(logits, "logits")
+    V.finite(logits, "logits")
     targets = np.asarray(targets)
     if targets.shape != logits.shape[:-1]:
         raise ValueError(
