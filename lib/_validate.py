@@ -18,10 +18,11 @@ users):
 - masks are boolean, True = may attend, and broadcast to the scores without growing them;
 - ``MHAParams`` holds square (d_model, d_model) weights and either all four biases or none.
 
-The NumPy forwards do not pay a separate pass over their inputs for NaN: a NaN or inf in the
-inputs or the query/key weights shows up in the norms of the projected queries and keys
-(which the fast forward computes anyway), anything else in the output, which is checked once.
-Only then do :func:`mha_nonfinite` and :func:`sdpa_nonfinite` look for the culprit, to name it.
+Every entry point checks its inputs and parameters for NaN and inf before computing (one
+pass over each, the cheapest there is), then checks its result once: a NaN or inf there can
+only be an overflow, which :func:`mha_nonfinite` (or :func:`sdpa_nonfinite`) explains. The
+scores are checked only when the norms of the queries and keys say they could overflow
+(:func:`scores_fit`), so the fast path pays no pass over them.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def float_dtype(dtype) -> np.dtype:
 
 
 def all_finite(x: np.ndarray) -> bool:
-    return bool(np.isfinite(x).all())
+    """No NaN and no +-inf in ``x`` (the test every check of finiteness uses)."""
+    return bool(np.logical_and.reduce(np.isfinite(x), axis=None))
 
 
 def finite(x: np.ndarray, name: str) -> None:
@@ -110,6 +112,19 @@ def finite(x: np.ndarray, name: str) -> None:
     if not all_finite(x):
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
         raise ValueError(_nonfinite(name, where, x.shape))
+
+
+def finite_all(arrays: dict[str, np.ndarray]) -> None:
+    """:func:`finite` for several arrays; small ones are checked in one pass (a model's
+    many small weights cost one call instead of one each)."""
+    if sum(a.size for a in arrays.values()) <= _ONE_PASS:
+        if all_finite(np.concatenate([a.ravel() for a in arrays.values()])):
+            return
+    for name, a in arrays.items():
+        finite(a, name)
+
+
+_ONE_PASS = 1 << 16  # numbers: below this, copying them into one array is the cheaper way
 
 
 def _nonfinite(name: str, where: tuple, shape: tuple) -> str:
@@ -372,11 +387,14 @@ def params(p):
             f"params must be an MHAParams (see lib.attention.init_mha_params), got "
             f"{type(p).__name__}"
         )
-    for name in PARAM_NAMES:
-        value = getattr(p, name)
-        if value is not None:
-            finite(value, f"params.{name}")
+    names = PARAM_NAMES if p.b_q is not None else WEIGHT_NAMES
+    finite_all({f"params.{name}": getattr(p, name) for name in names})
     return p
+
+
+def finite_inputs(x_q: np.ndarray, x_kv: np.ndarray) -> None:
+    """No NaN or inf in the inputs of a multi-head forward (one array: self-attention)."""
+    finite_all({"x_q": x_q} if x_kv is x_q else {"x_q": x_q, "x_kv": x_kv})
 
 
 def head_mask(head_mask, batch: int, n_heads: int, dtype) -> np.ndarray:
@@ -416,11 +434,11 @@ def scores_fit(q: np.ndarray, k: np.ndarray, q_norm: float, k_norm: float) -> bo
 
 
 def mha_nonfinite(x_q: np.ndarray, x_kv: np.ndarray, p) -> None:
-    """Raise the ValueError that explains a NaN or inf met in a multi-head forward.
-
-    First the inputs and parameters (the first NaN/inf, by name and index); if they are all
-    finite, the first stage whose finite operands overflowed: the projections, the scores,
-    the output. x_q, x_kv: (batch, n, d_model).
+    """Raise the ValueError that explains a NaN or inf met in a multi-head forward whose
+    inputs and parameters were finite: the first stage whose finite operands overflowed
+    (the projections, the scores, the output), with the arrays involved.
+    x_q, x_kv: (batch, n, d_model). (It looks at the inputs and parameters again first, in
+    case a caller did not.)
     """
     finite(x_q, "x_q")
     finite(x_kv, "x_kv")
@@ -447,7 +465,8 @@ def mha_nonfinite(x_q: np.ndarray, x_kv: np.ndarray, p) -> None:
 
 
 def sdpa_nonfinite(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
-    """Raise the ValueError that explains a NaN or inf met in scaled dot-product attention."""
+    """Raise the ValueError that explains a NaN or inf met in scaled dot-product attention:
+    as :func:`mha_nonfinite`, for q, k, v."""
     finite(q, "q")
     finite(k, "k")
     finite(v, "v")
@@ -461,6 +480,9 @@ def sdpa_nonfinite(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
 
 def gradients(grads: dict[str, np.ndarray], d_out: np.ndarray) -> None:
     """Gradients computed from finite numbers can still overflow: refuse them, by name."""
+    if sum(g.size for g in grads.values()) <= _ONE_PASS:
+        if all_finite(np.concatenate([g.ravel() for g in grads.values()])):
+            return
     for name, g in grads.items():
         if not all_finite(g):
             raise overflow(f"the gradient of {name} (from d_out)", g.dtype, {"d_out": d_out})

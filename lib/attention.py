@@ -107,6 +107,7 @@ def scaled_dot_product_attention(
     V.same_d_k(q.shape, k.shape)
     V.same_keys(k.shape, v.shape)
     lead = V.leading_axes({"q": q.shape, "k": k.shape, "v": v.shape})
+    V.finite_all({"q": q, "k": k, "v": v})
     if mask is not None:
         mask = V.mask(mask, lead + (q.shape[-2], k.shape[-2]))
     result = _attention(q, k, v, mask)
@@ -147,15 +148,25 @@ def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     """
     x = np.asarray(x)
     V.rank(x, "x", (3,), "(batch, seq, d_model)")
+    V.heads(x.shape[2], n_heads)
+    return _split(x, n_heads)
+
+
+def _split(x: np.ndarray, n_heads: int) -> np.ndarray:
+    """split_heads without its checks, for callers that made them."""
     batch, seq, d_model = x.shape
-    d_k = V.heads(d_model, n_heads)
-    return x.reshape(batch, seq, n_heads, d_k).transpose(0, 2, 1, 3)
+    return x.reshape(batch, seq, n_heads, d_model // n_heads).transpose(0, 2, 1, 3)
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """(batch, heads, seq, d_k) -> (batch, seq, heads * d_k): the concat of the heads."""
     x = np.asarray(x)
     V.rank(x, "x", (4,), "(batch, heads, seq, d_k)")
+    return _merge(x)
+
+
+def _merge(x: np.ndarray) -> np.ndarray:
+    """merge_heads without its check, for callers that made it."""
     batch, heads, seq, d_k = x.shape
     return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * d_k)
 
@@ -273,6 +284,7 @@ def _prepare(x_q, x_kv, params: MHAParams, mask):
     batch axis), mask (boolean, with four axes)."""
     V.params(params)
     x_q, x_kv, unbatched = V.mha_inputs(x_q, x_kv, params.d_model)
+    V.finite_inputs(x_q, x_kv)
     return x_q, x_kv, _batched_mask(mask, x_q, x_kv, params.n_heads), unbatched
 
 
@@ -318,9 +330,8 @@ def multi_head_attention(
       once into the returned weights (the big array is touched once, not at every pass);
     - when every score is provably small (|score| <= |q_i| |k_j| by Cauchy-Schwarz, so
       the bound needs only the vectors' norms) exp cannot overflow or underflow and the
-      usual "subtract the row's maximum" passes are skipped; otherwise they run (the same
-      norms also show a NaN or inf in the queries and keys, so the inputs get no separate
-      pass: only the output is checked, once);
+      usual "subtract the row's maximum" passes are skipped; otherwise they run (and only
+      when the norms allow an overflow are the scores looked at for one);
     - with a mask, a block of query rows skips the keys after the last one any of its
       rows may attend to (with a causal mask, about half of the keys);
     - the rows are normalised after ``P @ V`` (n_q * d_k multiplications instead of
@@ -334,10 +345,8 @@ def multi_head_attention(
     if batch * n_q * n_k == 0:
         out, weights = _empty_result(x_q, x_kv, params, need_weights)
     else:
-        # No pass over the inputs for NaN: a NaN or inf in them, in W_q, W_k, b_q or b_k
-        # shows in the norms of the projected queries and keys (computed anyway), and one in
-        # the rest in the output, which is checked once; V.mha_nonfinite then names it.
-        # NumPy's own overflow warnings would only repeat that error.
+        # Inputs and weights are finite (checked above), so a NaN or inf met below is an
+        # overflow: V.mha_nonfinite explains it, and NumPy's warnings would only repeat it.
         with np.errstate(over="ignore", invalid="ignore"):
             q, k, v = _project_heads(x_q, x_kv, params, fuse=self_attention)  # (b, heads, n, d_k)
             heads = np.empty((batch, n_q, h, params.d_k), np.result_type(q, k, v))
@@ -476,13 +485,13 @@ def multi_head_attention_reshape(
     x_q, x_kv, mask, unbatched = _prepare(x_q, x_kv, params, mask)
     h = params.n_heads
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
-        q = split_heads(_project(x_q, params.W_q, params.b_q), h)  # (batch, heads, n_q, d_k)
-        k = split_heads(_project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
-        v = split_heads(_project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
+        q = _split(_project(x_q, params.W_q, params.b_q), h)  # (batch, heads, n_q, d_k)
+        k = _split(_project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
+        v = _split(_project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
         result = _attention(q, k, v, mask)
         if result is not None:
             heads, weights = result
-            out = _project(merge_heads(heads), params.W_o, params.b_o)  # (batch, n_q, d_model)
+            out = _project(_merge(heads), params.W_o, params.b_o)  # (batch, n_q, d_model)
     if result is None or not V.all_finite(out):
         V.mha_nonfinite(x_q, x_kv, params)
     return (out[0], weights[0]) if unbatched else (out, weights)

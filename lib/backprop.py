@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _validate as V
-from .attention import MHAParams, _batched_mask, merge_heads, split_heads
+from .attention import MHAParams, _batched_mask, _merge, _split
 
 PARAM_NAMES = V.PARAM_NAMES
 
@@ -122,6 +122,7 @@ def mha_forward(
     """
     V.params(params)
     x_q, x_kv, _ = V.mha_inputs(x_q, x_kv, params.d_model, unbatched=False)
+    V.finite_inputs(x_q, x_kv)
     mask = _batched_mask(mask, x_q, x_kv, params.n_heads)
     h = params.n_heads
     dtype = np.result_type(x_q, x_kv, params.W_q, params.W_k, params.W_v, params.W_o)
@@ -133,17 +134,17 @@ def mha_forward(
 
     scale = 1.0 / math.sqrt(params.d_k)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
-        q = split_heads(project(x_q, params.W_q, params.b_q) * scale, h)  # (b, heads, n_q, d_k)
-        k = split_heads(project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
-        v = split_heads(project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
-        fine = V.scores_fit(q, k, V.largest_row_norm(q), V.largest_row_norm(k))
+        q = _split(project(x_q, params.W_q, params.b_q) * scale, h)  # (b, heads, n_q, d_k)
+        k = _split(project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
+        v = _split(project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
+        scores = q @ k.transpose(0, 1, 3, 2)  # (batch, heads, n_q, n_k)
+        fine = V.all_finite(scores)  # before masking: an overflow anywhere is an error
         if fine:
-            scores = q @ k.transpose(0, 1, 3, 2)  # (batch, heads, n_q, n_k)
             if mask is not None:  # add 0 where allowed, -inf where not (cheaper than np.where)
                 scores += np.where(mask, 0.0, -np.inf).astype(scores.dtype)
             weights = _masked_softmax(scores)  # (batch, heads, n_q, n_k), reusing the buffer
             heads = weights @ v  # (batch, heads, n_q, d_k)
-            concat = merge_heads(heads * _head_mask_4d(head_mask))  # (batch, n_q, d)
+            concat = _merge(heads * _head_mask_4d(head_mask))  # (batch, n_q, d)
             out = project(concat, params.W_o, params.b_o)  # (batch, n_q, d)
     if not (fine and V.all_finite(out)):
         V.mha_nonfinite(x_q, x_kv, params)
@@ -198,7 +199,7 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     d_concat = d_out @ p.W_o.T  # (batch, n_q, d)
 
     # concat = merge(heads * head_mask)
-    d_masked = split_heads(d_concat, h)  # (batch, heads, n_q, d_k)
+    d_masked = _split(d_concat, h)  # (batch, heads, n_q, d_k)
     d_head_mask = np.einsum("bhnk,bhnk->bh", d_masked, cache.heads)  # (batch, heads)
     grads["head_mask"] = d_head_mask.sum(axis=0) if cache.head_mask.ndim == 1 else d_head_mask
     d_heads = d_masked * _head_mask_4d(cache.head_mask)
@@ -214,9 +215,9 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
 
     # the projections; q carried the scale 1/sqrt(d_k)
     scale = 1.0 / math.sqrt(p.d_k)
-    d_qp = merge_heads(d_q) * scale  # (batch, n_q, d)
-    d_kp = merge_heads(d_k)  # (batch, n_k, d)
-    d_vp = merge_heads(d_v)  # (batch, n_k, d)
+    d_qp = _merge(d_q) * scale  # (batch, n_q, d)
+    d_kp = _merge(d_k)  # (batch, n_k, d)
+    d_vp = _merge(d_v)  # (batch, n_k, d)
     for name, x, d in (("q", cache.x_q, d_qp), ("k", cache.x_kv, d_kp), ("v", cache.x_kv, d_vp)):
         grads["W_" + name] = weight_gradient(x, d)
         if getattr(p, "b_" + name) is not None:

@@ -133,8 +133,8 @@ class TinyModel:
         """Logits (batch, n, slots, classes), weights (batch, heads, n, n) and a cache."""
         ids = self._check_ids(ids)
         batch, n = ids.shape
-        for name in ("tok_emb", "pos_emb", "W_out", "b_out"):  # the rest: mha_forward checks
-            V.finite(self.params[name], name)
+        # the other weights are checked by mha_forward
+        V.finite_all({name: self.params[name] for name in ("tok_emb", "pos_emb", "W_out", "b_out")})
         x = self.params["tok_emb"][ids] + self.params["pos_emb"][:n]  # (batch, n, d)
         a, weights, mha_cache = mha_forward(x, x, self.mha_params(), causal_mask(n), head_mask)
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
@@ -148,22 +148,27 @@ class TinyModel:
 
     def backward(self, d_logits: np.ndarray, cache) -> dict[str, np.ndarray]:
         """Gradients of every parameter (and of the head mask) from dL/dlogits."""
-        ids, a, mha_cache = cache
-        p = self.params
         d_logits = V.real_array(d_logits, "d_logits")
         V.finite(d_logits, "d_logits")
+        return self._backward(d_logits, cache)
+
+    def _backward(self, d_logits: np.ndarray, cache) -> dict[str, np.ndarray]:
+        ids, a, mha_cache = cache
+        p = self.params
         d_logits = d_logits.reshape(*ids.shape, -1)  # (batch, n, slots * classes)
-        grads = {
-            "W_out": weight_gradient(a, d_logits),
-            "b_out": d_logits.sum(axis=(0, 1)),
-        }
-        mha_grads = mha_backward(d_logits @ p["W_out"].T, mha_cache)
+        mha_grads = mha_backward(d_logits @ p["W_out"].T, mha_cache)  # checked there
         d_x = mha_grads.pop("x_q") + mha_grads.pop("x_kv")  # self-attention: x is both
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
+            grads = {
+                "W_out": weight_gradient(a, d_logits),
+                "b_out": d_logits.sum(axis=(0, 1)),
+                "tok_emb": np.zeros_like(p["tok_emb"]),
+                "pos_emb": np.zeros_like(p["pos_emb"]),
+            }
+            np.add.at(grads["tok_emb"], ids, d_x)
+            grads["pos_emb"][: ids.shape[1]] = d_x.sum(axis=0)
+        V.gradients(grads, d_logits)
         grads.update(mha_grads)
-        grads["tok_emb"] = np.zeros_like(p["tok_emb"])
-        np.add.at(grads["tok_emb"], ids, d_x)
-        grads["pos_emb"] = np.zeros_like(p["pos_emb"])
-        grads["pos_emb"][: ids.shape[1]] = d_x.sum(axis=0)
         return grads
 
     def loss_and_grads(self, ids, targets, head_mask=None):
@@ -171,9 +176,9 @@ class TinyModel:
 
         targets: (batch, n, slots), or (batch, n) when the model has one slot.
         """
-        logits, _, cache = self.forward(ids, head_mask)
-        loss, d_logits = cross_entropy(logits, self._slotted(targets))
-        return loss, self.backward(d_logits, cache)
+        logits, _, cache = self.forward(ids, head_mask)  # finite: forward checked them
+        loss, d_logits = _cross_entropy(logits, self._slotted(targets))
+        return loss, self._backward(d_logits, cache)
 
     def predict(self, ids, head_mask=None) -> np.ndarray:
         """The most likely class of every answer, (batch, n, slots)."""
@@ -245,6 +250,10 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
     """
     logits = V.real_array(logits, "logits")
     V.finite(logits, "logits")
+    return _cross_entropy(logits, targets)
+
+
+def _cross_entropy(logits: np.ndarray, targets) -> tuple[float, np.ndarray]:
     targets = np.asarray(targets)
     if targets.shape != logits.shape[:-1]:
         raise ValueError(
