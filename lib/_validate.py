@@ -20,7 +20,7 @@ users):
 
 Every entry point checks its inputs and parameters for NaN and inf before computing (one
 pass over each, the cheapest there is), then checks its result once: a NaN or inf there can
-only be an overflow, which :func:`mha_nonfinite` (or :func:`sdpa_nonfinite`) explains. The
+only be an overflow, which :func:`mha_nonfinite` explains. The
 scores are checked only when the norms of the queries and keys say they could overflow
 (:func:`scores_fit`), so the fast path pays no pass over them.
 """
@@ -420,29 +420,27 @@ def largest_row_norm(x: np.ndarray) -> float:
 
 
 def scores_fit(q: np.ndarray, k: np.ndarray, q_norm: float, k_norm: float) -> bool:
-    """Whether every score q_i . k_j (q already scaled) is a finite number.
+    """Whether every score q_i . k_j (q already scaled) is a finite number: for every pair,
+    masked or not, so that all forwards agree whichever pairs they compute.
 
     |q_i . k_j| <= |q_i| |k_j| (Cauchy-Schwarz), so when the product of the largest norms is
     well below the dtype's maximum no score can overflow and nothing more is computed; only
-    otherwise (NaN or inf in q or k, or huge values) are the scores computed and looked at.
+    otherwise (an inf in q or k from an overflowed projection, or huge values) are the
+    scores computed and looked at.
     """
     limit = 0.25 * float(np.finfo(np.result_type(q, k)).max)
     if q_norm * k_norm <= limit:
         return True
     with np.errstate(all="ignore"):
-        return all_finite(q) and all_finite(k) and all_finite(q @ np.swapaxes(k, -1, -2))
+        return all_finite(q @ np.swapaxes(k, -1, -2))
 
 
 def mha_nonfinite(x_q: np.ndarray, x_kv: np.ndarray, p) -> None:
     """Raise the ValueError that explains a NaN or inf met in a multi-head forward whose
-    inputs and parameters were finite: the first stage whose finite operands overflowed
-    (the projections, the scores, the output), with the arrays involved.
-    x_q, x_kv: (batch, n, d_model). (It looks at the inputs and parameters again first, in
-    case a caller did not.)
+    inputs and parameters were checked finite: the first stage whose finite operands
+    overflowed (the projections, the scores, the output), with the arrays involved.
+    x_q, x_kv: (batch, n, d_model).
     """
-    finite(x_q, "x_q")
-    finite(x_kv, "x_kv")
-    params(p)
     dtype = np.result_type(x_q, x_kv, *(getattr(p, n) for n in WEIGHT_NAMES))
     h, d_k = p.n_heads, p.d_k
     with np.errstate(all="ignore"):
@@ -461,20 +459,6 @@ def mha_nonfinite(x_q: np.ndarray, x_kv: np.ndarray, p) -> None:
         OUTPUT,
         dtype,
         {"v": projected["v"], "W_o": p.W_o} | ({} if p.b_o is None else {"b_o": p.b_o}),
-    )
-
-
-def sdpa_nonfinite(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
-    """Raise the ValueError that explains a NaN or inf met in scaled dot-product attention:
-    as :func:`mha_nonfinite`, for q, k, v."""
-    finite(q, "q")
-    finite(k, "k")
-    finite(v, "v")
-    with np.errstate(all="ignore"):
-        if not all_finite((q * (1.0 / math.sqrt(q.shape[-1]))) @ np.swapaxes(k, -1, -2)):
-            raise overflow(SCORES, np.result_type(q, k), {"q": q, "k": k})
-    raise overflow(
-        "the output (the weighted sums of the values)", np.result_type(q, k, v), {"v": v}
     )
 
 

@@ -111,8 +111,8 @@ def scaled_dot_product_attention(
     if mask is not None:
         mask = V.mask(mask, lead + (q.shape[-2], k.shape[-2]))
     result = _attention(q, k, v, mask)
-    if result is None or not V.all_finite(result[0]):
-        V.sdpa_nonfinite(q, k, v)
+    if result is None:  # (the output, weighted means of v's rows, cannot overflow)
+        raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
     return result
 
 

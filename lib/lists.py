@@ -110,10 +110,7 @@ def attention(Q: Matrix, K: Matrix, V: Matrix, mask: Mask | None = None) -> tupl
     if scores is None:
         raise V_.list_overflow(V_.SCORES, {"q": Q, "k": K})
     weights = [softmax(row) for row in scores]  # (n_q, n_k)
-    out = matmul(weights, V)
-    if not _all_finite(out):
-        raise V_.list_overflow("the output (the weighted sums of the values)", {"v": V})
-    return out, weights
+    return matmul(weights, V), weights  # weighted means of V's rows: they cannot overflow
 
 
 def _check_attention_inputs(Q, K, V, mask) -> tuple[int, int]:
@@ -187,9 +184,10 @@ def multi_head_attention(
     columns; no queries (``X_q = []``): an empty output.
     """
     weights_in = {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o}
-    d_model = V_.list_matrix(W_q, "W_q")[0]
-    for name, W in weights_in.items():
-        V_.square(V_.list_matrix(W, name), name, d_model)
+    shapes = {name: V_.list_matrix(W, name) for name, W in weights_in.items()}
+    d_model = shapes["W_q"][0]
+    for name, shape in shapes.items():
+        V_.square(shape, name, d_model)
     V_.heads(d_model, n_heads)
     n_q, width_q = V_.list_matrix(X_q, "X_q")
     n_k, width_kv = V_.list_matrix(X_kv, "X_kv")

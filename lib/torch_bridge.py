@@ -60,12 +60,11 @@ def to_torch_mha(params: A.MHAParams, dtype=None):
     import torch
     from torch import nn
 
-    V.params(params)
+    weight, bias = pack_in_proj(params)  # checks params
     dtype = dtype or getattr(torch, np.dtype(params.W_q.dtype).name)
     module = nn.MultiheadAttention(
         params.d_model, params.n_heads, bias=params.has_bias, batch_first=True, dtype=dtype
     )
-    weight, bias = pack_in_proj(params)
     with torch.no_grad():
         module.in_proj_weight.copy_(torch.from_numpy(weight))
         module.out_proj.weight.copy_(torch.from_numpy(params.W_o.T.copy()))
