@@ -336,6 +336,13 @@ def multi_head_attention(
       rows may attend to (with a causal mask, about half of the keys);
     - the rows are normalised after ``P @ V`` (n_q * d_k multiplications instead of
       n_q * n_k; the returned weights are normalised as they are written).
+
+    The contract all of lib's multi-head forwards keep (README, "Conventions"): the same
+    answer for every combination of options (biases or none, self- or cross-attention, any
+    broadcastable mask, float32/float64, lists or arrays); n_k = 0 gives weights
+    (batch, heads, n_q, 0) and the output b_o, n_q = 0 or batch = 0 empty outputs; NaN or
+    inf in the inputs or params, and products that overflow, raise ValueError naming the
+    array and where.
     """
     self_attention = x_q is x_kv
     x_q, x_kv, mask, unbatched = _prepare(x_q, x_kv, params, mask)
@@ -481,6 +488,7 @@ def multi_head_attention_reshape(
     Project, split the heads by reshape/transpose, run scaled dot-product attention on
     all (batch, heads) at once, merge the heads, project by W_o. Kept as the readable
     reference the fast version is tested against, and for the loop-vs-reshape benchmark.
+    Same arguments, checks, empty-sequence answers and errors as the fast version.
     """
     x_q, x_kv, mask, unbatched = _prepare(x_q, x_kv, params, mask)
     h = params.n_heads
@@ -508,7 +516,7 @@ def multi_head_attention_per_head(
     Head h uses columns h*d_k:(h+1)*d_k of W_q, W_k, W_v (and of the biases); the heads'
     outputs are concatenated along the features and projected by W_o. Kept as a
     reference the reshape version is tested against, and for the loop-vs-reshape
-    benchmark.
+    benchmark. Same arguments, checks, empty-sequence answers and errors as the fast version.
     """
     x_q, x_kv, mask, unbatched = _prepare(x_q, x_kv, params, mask)
     if mask is not None:  # one (batch, n_q, n_k) slice per head

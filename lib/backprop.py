@@ -118,7 +118,8 @@ def mha_forward(
     x_q: (batch, n_q, d), x_kv: (batch, n_k, d); mask broadcastable to
     (batch, heads, n_q, n_k); head_mask (heads,) or (batch, heads), default all ones.
     Returns (output (batch, n_q, d), weights (batch, heads, n_q, n_k), cache).
-    With ``head_mask`` all ones the output equals ``lib.attention.multi_head_attention``.
+    With ``head_mask`` all ones the output equals ``lib.attention.multi_head_attention``,
+    whose checks, empty-sequence answers and errors it shares (inputs must be batched).
     """
     V.params(params)
     x_q, x_kv, _ = V.mha_inputs(x_q, x_kv, params.d_model, unbatched=False)
@@ -169,7 +170,8 @@ def _masked_softmax(scores: np.ndarray) -> np.ndarray:
 def mha_backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     """Gradients of the loss through :func:`mha_forward`.
 
-    d_out: dL/d(output), (batch, n_q, d).
+    d_out: dL/d(output), (batch, n_q, d); NaN or inf in it, or gradients that overflow,
+    raise ValueError.
     Returns a dict with dL/d of: ``W_q W_k W_v W_o`` (and ``b_q b_k b_v b_o`` when the
     layer has biases), ``x_q``, ``x_kv`` (for self-attention, where one array is passed
     as both, the input's gradient is their sum) and ``head_mask`` (same shape as the

@@ -181,7 +181,8 @@ def multi_head_attention(
     outputs are concatenated and projected by W_o.
     Returns (output (n_q, d_model), [weights of head h (n_q, n_k) for each h]).
     No keys (``X_kv = []``): every query attends to nothing, output 0 and weights with no
-    columns; no queries (``X_q = []``): an empty output.
+    columns; no queries (``X_q = []``): an empty output. The inputs are checked as the NumPy
+    version checks them, with the same messages; the mask must hold True/False.
     """
     weights_in = {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o}
     shapes = {name: V_.list_matrix(W, name) for name, W in weights_in.items()}
