@@ -117,11 +117,17 @@ def finite(x: np.ndarray, name: str) -> None:
 def finite_all(arrays: dict[str, np.ndarray]) -> None:
     """:func:`finite` for several arrays; small ones are checked in one pass (a model's
     many small weights cost one call instead of one each)."""
-    if sum(a.size for a in arrays.values()) <= _ONE_PASS:
-        if all_finite(np.concatenate([a.ravel() for a in arrays.values()])):
-            return
-    for name, a in arrays.items():
-        finite(a, name)
+    if not _finite_together(list(arrays.values())):
+        for name, a in arrays.items():
+            finite(a, name)
+
+
+def _finite_together(arrays: list[np.ndarray]) -> bool:
+    """True when every array is finite, in one pass when together they are small; False
+    when some may not be (the caller then looks at each, to name it)."""
+    if sum(a.size for a in arrays) > _ONE_PASS:
+        return False
+    return all_finite(np.concatenate([a.ravel() for a in arrays]))
 
 
 _ONE_PASS = 1 << 16  # numbers: below this, copying them into one array is the cheaper way
@@ -387,8 +393,12 @@ def params(p):
             f"params must be an MHAParams (see lib.attention.init_mha_params), got "
             f"{type(p).__name__}"
         )
-    names = PARAM_NAMES if p.b_q is not None else WEIGHT_NAMES
-    finite_all({f"params.{name}": getattr(p, name) for name in names})
+    arrays = [p.W_q, p.W_k, p.W_v, p.W_o]
+    if p.b_q is not None:
+        arrays += [p.b_q, p.b_k, p.b_v, p.b_o]
+    if not _finite_together(arrays):
+        for name, a in zip(PARAM_NAMES, arrays, strict=False):
+            finite(a, f"params.{name}")
     return p
 
 
@@ -464,9 +474,8 @@ def mha_nonfinite(x_q: np.ndarray, x_kv: np.ndarray, p) -> None:
 
 def gradients(grads: dict[str, np.ndarray], d_out: np.ndarray) -> None:
     """Gradients computed from finite numbers can still overflow: refuse them, by name."""
-    if sum(g.size for g in grads.values()) <= _ONE_PASS:
-        if all_finite(np.concatenate([g.ravel() for g in grads.values()])):
-            return
+    if _finite_together(list(grads.values())):
+        return
     for name, g in grads.items():
         if not all_finite(g):
             raise overflow(f"the gradient of {name} (from d_out)", g.dtype, {"d_out": d_out})

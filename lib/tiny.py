@@ -123,11 +123,22 @@ class TinyModel:
         return self.params["W_out"].shape[1] // self.n_slots
 
     def mha_params(self) -> MHAParams:
+        """The attention layer's weights, as MHAParams holding the arrays of ``params`` (the
+        same objects, so an optimiser's in-place updates show); built again, and checked,
+        whenever ``params`` holds other arrays or ``n_heads`` changed."""
         p = self.params
-        return MHAParams(
-            p["W_q"], p["W_k"], p["W_v"], p["W_o"], self.n_heads,
-            p["b_q"], p["b_k"], p["b_v"], p["b_o"],
-        )  # fmt: skip
+        built = self.__dict__.get("_mha_params")
+        if (
+            built is None
+            or built.n_heads != self.n_heads
+            or any(getattr(built, name) is not p[name] for name in V.PARAM_NAMES)
+        ):
+            built = MHAParams(
+                p["W_q"], p["W_k"], p["W_v"], p["W_o"], self.n_heads,
+                p["b_q"], p["b_k"], p["b_v"], p["b_o"],
+            )  # fmt: skip
+            self.__dict__["_mha_params"] = built
+        return built
 
     def forward(self, ids: np.ndarray, head_mask: np.ndarray | None = None):
         """Logits (batch, n, slots, classes), weights (batch, heads, n, n) and a cache."""
