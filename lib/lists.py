@@ -150,6 +150,7 @@ def _all_finite(A: Matrix) -> bool:
 def split_columns(A: Matrix, n_parts: int) -> list[Matrix]:
     """Cut the columns of A into ``n_parts`` equal blocks (one per head)."""
     rows, cols = shape(A)
+    n_parts = V_.count(n_parts, "n_parts")
     if cols % n_parts:
         raise ValueError(f"cannot split {cols} columns into {n_parts} equal parts")
     width = cols // n_parts

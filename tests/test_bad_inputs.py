@@ -503,6 +503,8 @@ OTHER_ROWS = [
         ("the output", "overflow float64")),
     Row("lists.causal_mask", "negative", lambda: L.causal_mask(-1), E,
         ("n must be an integer >= 0, got -1",)),
+    Row("lists.split_columns", "no parts", lambda: L.split_columns([[1.0, 2.0]], 0), E,
+        ("n_parts must be an integer >= 1, got 0",)),
     Row("lists.shape", "ragged", lambda: L.matmul([[1.0], [1.0, 2.0]], [[1.0]]), E,
         ("is ragged",)),
     # torch_bridge
