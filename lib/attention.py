@@ -424,6 +424,12 @@ def _attend_in_blocks(q, k, v, mask, heads_out, weights) -> bool:
         # reach[..., i]: query i attends only among keys 0 .. reach - 1, so a block of rows
         # can leave out the keys after its largest reach (a causal mask halves the work).
         reach = np.where(mask.any(axis=-1), n_k - np.argmax(mask[..., ::-1], axis=-1), 0)
+        # The values of keys that no query reaches (padding, say) are never read below, so
+        # an overflow in them would go unseen; the other forwards multiply them by 0 and get
+        # NaN. Look at those values (none, with a causal mask), so that all forwards agree.
+        unread = np.arange(n_k) >= reach.max(axis=-1, keepdims=True)  # (b|1, h|1, n_k)
+        if unread.any() and not V.all_finite(v[np.broadcast_to(unread, v.shape[:3])]):
+            return False
     rows = max(1, min(n_q, _ROW_BLOCK_BYTES // dtype.itemsize // n_k))  # query rows per block
     group = _GROUP_BYTES // dtype.itemsize  # scores per block of whole score matrices
     hs = max(1, min(h, group // (n_q * n_k))) if rows == n_q else 1  # heads per block
