@@ -495,13 +495,13 @@ def _torch_parts(shape, dtype):
         (
             "QKV projection + bias",
             3 * projection,
-            lambda: A._project(x2, W, b),  # lib's own: x @ W, then += b
+            lambda: A.project(x2, W, b),  # lib's own: x @ W, then += b
             lambda: F.linear(tx2, tW, tb),
         ),
         (
             "output projection + bias",
             projection,
-            lambda: A._project(heads, params.W_o, params.b_o),
+            lambda: A.project(heads, params.W_o, params.b_o),
             lambda: F.linear(theads, tW_o, tb_o),
         ),
         (

@@ -37,11 +37,12 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """
     x = V.real_array(x, "softmax input")
     V.no_nan_or_posinf(x, "softmax input")
-    return _softmax_inplace(x.copy(), axis)
+    return softmax_inplace(x.copy(), axis)
 
 
-def _softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Softmax that overwrites ``scores`` (no NaN/+inf check: callers do that)."""
+def softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax that overwrites ``scores`` and returns it (no NaN/+inf check: callers do
+    that, as :func:`softmax` does)."""
     if scores.size == 0:  # no keys (or no rows): nothing to normalise
         return scores
     top = scores.max(axis=axis, keepdims=True)
@@ -127,7 +128,7 @@ def _attention(q, k, v, mask) -> tuple[np.ndarray, np.ndarray] | None:
     scores = q @ np.swapaxes(k, -1, -2)  # (..., n_q, n_k)
     if mask is not None:
         np.copyto(scores, -np.inf, where=~mask)
-    weights = _softmax_inplace(scores)  # (..., n_q, n_k)
+    weights = softmax_inplace(scores)  # (..., n_q, n_k)
     return weights @ v, weights
 
 
@@ -149,10 +150,10 @@ def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     x = np.asarray(x)
     V.rank(x, "x", (3,), "(batch, seq, d_model)")
     V.heads(x.shape[2], n_heads)
-    return _split(x, n_heads)
+    return split_heads_unchecked(x, n_heads)
 
 
-def _split(x: np.ndarray, n_heads: int) -> np.ndarray:
+def split_heads_unchecked(x: np.ndarray, n_heads: int) -> np.ndarray:
     """split_heads without its checks, for callers that made them."""
     batch, seq, d_model = x.shape
     return x.reshape(batch, seq, n_heads, d_model // n_heads).transpose(0, 2, 1, 3)
@@ -162,10 +163,10 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
     """(batch, heads, seq, d_k) -> (batch, seq, heads * d_k): the concat of the heads."""
     x = np.asarray(x)
     V.rank(x, "x", (4,), "(batch, heads, seq, d_k)")
-    return _merge(x)
+    return merge_heads_unchecked(x)
 
 
-def _merge(x: np.ndarray) -> np.ndarray:
+def merge_heads_unchecked(x: np.ndarray) -> np.ndarray:
     """merge_heads without its check, for callers that made it."""
     batch, heads, seq, d_k = x.shape
     return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * d_k)
@@ -272,23 +273,24 @@ def count_params(params: MHAParams) -> int:
 # --------------------------------------------------------------------------- multi-head
 
 
-def _project(x: np.ndarray, W: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+def project(x: np.ndarray, W: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """x @ W (+ b, added in place): one projection, unchecked."""
     y = x @ W
     if b is not None:
         y += b
     return y
 
 
-def _prepare(x_q, x_kv, params: MHAParams, mask):
+def prepare_mha(x_q, x_kv, params: MHAParams, mask):
     """The checks every multi-head forward starts with: params, inputs (converted, with a
     batch axis), mask (boolean, with four axes)."""
     V.params(params)
     x_q, x_kv, unbatched = V.mha_inputs(x_q, x_kv, params.d_model)
     V.finite_inputs(x_q, x_kv)
-    return x_q, x_kv, _batched_mask(mask, x_q, x_kv, params.n_heads), unbatched
+    return x_q, x_kv, batched_mask(mask, x_q, x_kv, params.n_heads), unbatched
 
 
-def _empty_result(x_q, x_kv, params: MHAParams, need_weights: bool = True):
+def empty_mha_result(x_q, x_kv, params: MHAParams, need_weights: bool = True):
     """The answer when batch, n_q or n_k is 0: every query attends to nothing, so its
     output is b_o (0 without biases) and its weights, of which there are none, are 0."""
     batch, n_q, d = x_q.shape
@@ -309,7 +311,7 @@ def multi_head_attention(
     *,
     need_weights: bool = True,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Batched multi-head attention: lib's fast version.
+    """Batched multi-head attention: lib's fast version (the one later notebooks use).
 
     x_q: (batch, n_q, d_model) queries; x_kv: (batch, n_k, d_model) keys and values
     (pass the same array twice for self-attention; n_q != n_k for cross-attention).
@@ -317,25 +319,13 @@ def multi_head_attention(
     mask: boolean, broadcastable to (batch, heads, n_q, n_k), True = may attend.
     Returns (output (batch, n_q, d_model), weights (batch, heads, n_q, n_k)); with
     ``need_weights=False`` the weights are not kept and ``None`` is returned in their place
-    (less memory, and a little faster).
+    (less memory, and faster).
 
     It computes exactly what :func:`multi_head_attention_reshape` computes (the plain
-    reshape/transpose form derived in notebook 03, equal to rounding), organised for speed:
-
-    - self-attention (``x_q is x_kv``) projects with one matmul by [W_q | W_k | W_v];
-    - 1/sqrt(d_k) is folded into W_q and b_q (d_model^2 multiplications, not n_q * n_k);
-    - the heads are views into the projection (no copies), and the scores are computed in
-      blocks (of sequences, heads or query rows) sized to stay in the CPU cache, where the
-      softmax runs in place; with ``need_weights=True`` each finished block is written
-      once into the returned weights (the big array is touched once, not at every pass);
-    - when every score is provably small (|score| <= |q_i| |k_j| by Cauchy-Schwarz, so
-      the bound needs only the vectors' norms) exp cannot overflow or underflow and the
-      usual "subtract the row's maximum" passes are skipped; otherwise they run (and only
-      when the norms allow an overflow are the scores looked at for one);
-    - with a mask, a block of query rows skips the keys after the last one any of its
-      rows may attend to (with a causal mask, about half of the keys);
-    - the rows are normalised after ``P @ V`` (n_q * d_k multiplications instead of
-      n_q * n_k; the returned weights are normalised as they are written).
+    reshape/transpose form derived in notebook 03, equal to rounding), organised for speed
+    by :func:`lib.blockwise.multi_head_attention`, which notebook 10 derives: one fused
+    projection, the scores computed in blocks that stay in the CPU's cache, the keys a
+    masked block of queries cannot reach skipped, the rows normalised after ``P @ V``.
 
     The contract all of lib's multi-head forwards keep (README, "Conventions"): the same
     answer for every combination of options (biases or none, self- or cross-attention, any
@@ -344,143 +334,7 @@ def multi_head_attention(
     inf in the inputs or params, and products that overflow, raise ValueError naming the
     array and where.
     """
-    self_attention = x_q is x_kv
-    x_q, x_kv, mask, unbatched = _prepare(x_q, x_kv, params, mask)
-    batch, n_q, d = x_q.shape
-    n_k = x_kv.shape[1]
-    h = params.n_heads
-    if batch * n_q * n_k == 0:
-        out, weights = _empty_result(x_q, x_kv, params, need_weights)
-    else:
-        # Inputs and weights are finite (checked above), so a NaN or inf met below is an
-        # overflow: V.mha_nonfinite explains it, and NumPy's warnings would only repeat it.
-        with np.errstate(over="ignore", invalid="ignore"):
-            q, k, v = _project_heads(x_q, x_kv, params, fuse=self_attention)  # (b, heads, n, d_k)
-            heads = np.empty((batch, n_q, h, params.d_k), np.result_type(q, k, v))
-            weights = np.empty((batch, h, n_q, n_k), np.result_type(q, k)) if need_weights else None
-            fine = _attend_in_blocks(q, k, v, mask, heads.transpose(0, 2, 1, 3), weights)
-            out = _project(heads.reshape(batch * n_q, d), params.W_o, params.b_o)
-        if not (fine and V.all_finite(out)):
-            V.mha_nonfinite(x_q, x_kv, params)
-        out = out.reshape(batch, n_q, d)
-    if unbatched:
-        return out[0], None if weights is None else weights[0]
-    return out, weights
-
-
-# Bytes of scores per block. A block of whole score matrices (several heads, or several
-# sequences, when sequences are short) stays within 2 MB, so that the softmax's passes over
-# it run in one core's L2 cache. A block of query rows of one long score matrix may grow to
-# 8 MB (it then sits in the shared L3): BLAS gets products of about a thousand rows and packs
-# K and V fewer times. Both sizes measured a few per cent faster than the other choice on
-# the course's 2-core machine, at the shapes `make bench` uses.
-_GROUP_BYTES = 2 << 20
-_ROW_BLOCK_BYTES = 8 << 20
-# Largest |score| for which exp(score) is used without subtracting the row's maximum: far
-# from overflow and underflow (float32: exp(+-88); float64: exp(+-709)), so every weight
-# keeps full relative precision.
-_SAFE_SCORE = {np.dtype(np.float32): 30.0, np.dtype(np.float64): 300.0}
-
-
-def _project_heads(x_q, x_kv, params: MHAParams, fuse: bool):
-    """q (pre-scaled by 1/sqrt(d_k)), k, v as (batch, heads, n, d_k) views of projections."""
-    batch, n_q, d = x_q.shape
-    n_k = x_kv.shape[1]
-    h, d_k = params.n_heads, params.d_k
-    scale = 1.0 / math.sqrt(d_k)  # a Python float keeps float32 in float32
-    b_q = None if params.b_q is None else params.b_q * scale
-    if fuse:  # self-attention: one (d, 3d) matmul
-        W = np.concatenate([params.W_q * scale, params.W_k, params.W_v], axis=1)
-        b = None if b_q is None else np.concatenate([b_q, params.b_k, params.b_v])
-        qkv = _project(x_q.reshape(batch * n_q, d), W, b).reshape(batch, n_q, 3, h, d_k)
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (batch, n, heads, d_k)
-    else:
-        q = _project(x_q.reshape(batch * n_q, d), params.W_q * scale, b_q)
-        q = q.reshape(batch, n_q, h, d_k)
-        W = np.concatenate([params.W_k, params.W_v], axis=1)
-        b = None if params.b_k is None else np.concatenate([params.b_k, params.b_v])
-        kv = _project(x_kv.reshape(batch * n_k, d), W, b).reshape(batch, n_k, 2, h, d_k)
-        k, v = kv[:, :, 0], kv[:, :, 1]
-    return q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
-
-
-def _attend_in_blocks(q, k, v, mask, heads_out, weights) -> bool:
-    """softmax(q k^T, masked) v for blocks of (sequences, heads, query rows), into heads_out
-    (batch, heads, n_q, d_k) and, if it is not None, weights (batch, heads, n_q, n_k).
-
-    Returns False, computing nothing, when a score would not be a finite number (NaN or inf
-    in q or k, or an overflow)."""
-    batch, h, n_q, _ = q.shape
-    n_k = k.shape[2]
-    dtype = np.result_type(q, k)
-    q_norm, k_norm = V.largest_row_norm(q), V.largest_row_norm(k)
-    if not V.scores_fit(q, k, q_norm, k_norm):
-        return False
-    small = q_norm * k_norm <= _SAFE_SCORE.get(dtype, 0)
-    k_t = k.transpose(0, 1, 3, 2)  # (batch, heads, d_k, n_k)
-    add = reach = None
-    if mask is not None:
-        add = np.where(mask, dtype.type(0), dtype.type(-np.inf))  # 0: may attend, -inf: not
-        # reach[..., i]: query i attends only among keys 0 .. reach - 1, so a block of rows
-        # can leave out the keys after its largest reach (a causal mask halves the work).
-        reach = np.where(mask.any(axis=-1), n_k - np.argmax(mask[..., ::-1], axis=-1), 0)
-        # The values of keys that no query reaches (padding, say) are never read below, so
-        # an overflow in them would go unseen; the other forwards multiply them by 0 and get
-        # NaN. Look at those values (none, with a causal mask), so that all forwards agree.
-        unread = np.arange(n_k) >= reach.max(axis=-1, keepdims=True)  # (b|1, h|1, n_k)
-        if unread.any() and not V.all_finite(v[np.broadcast_to(unread, v.shape[:3])]):
-            return False
-    rows = max(1, min(n_q, _ROW_BLOCK_BYTES // dtype.itemsize // n_k))  # query rows per block
-    group = _GROUP_BYTES // dtype.itemsize  # scores per block of whole score matrices
-    hs = max(1, min(h, group // (n_q * n_k))) if rows == n_q else 1  # heads per block
-    bs = max(1, min(batch, group // (h * n_q * n_k))) if hs == h else 1  # sequences per block
-    scratch = np.empty(bs * hs * rows * n_k, dtype)  # the scores of one block, kept in cache
-    top = np.empty((bs, hs, rows, 1), dtype)
-    inv = np.empty((bs, hs, rows, 1), dtype)
-    ones = np.ones((n_k, 1), dtype)  # row sums as S @ ones: a BLAS call, 3-4x np.sum's speed
-    for b0 in range(0, batch, bs):
-        seqs = slice(b0, min(batch, b0 + bs))
-        nb = seqs.stop - b0
-        for h0 in range(0, h, hs):
-            heads = slice(h0, min(h, h0 + hs))
-            nh = heads.stop - h0
-            for r0 in range(0, n_q, rows):
-                rs = slice(r0, min(n_q, r0 + rows))
-                nr = rs.stop - r0
-                n_used = n_k if reach is None else int(_block_of(reach, seqs, heads, rs).max())
-                o = heads_out[seqs, heads, rs]  # (nb, nh, nr, d_k)
-                if weights is not None:
-                    weights[seqs, heads, rs, n_used:] = 0.0
-                if n_used == 0:  # no query in this block may attend to anything
-                    o[...] = 0.0
-                    continue
-                S = scratch[: nb * nh * nr * n_used].reshape(nb, nh, nr, n_used)
-                t, s = top[:nb, :nh, :nr], inv[:nb, :nh, :nr]
-                np.matmul(q[seqs, heads, rs], k_t[seqs, heads, :, :n_used], out=S)
-                if add is not None:
-                    np.add(S, _block_of(add, seqs, heads, rs)[..., :n_used], out=S)
-                if not small:  # subtract each row's maximum (0 for a fully masked row)
-                    np.max(S, axis=-1, keepdims=True, out=t)
-                    t[np.isneginf(t)] = 0.0
-                    np.subtract(S, t, out=S)
-                np.exp(S, out=S)
-                np.matmul(S, ones[:n_used], out=s)
-                np.divide(1.0, s, out=s, where=s > 0)  # a fully masked row keeps 0: weights 0
-                np.matmul(S, v[seqs, heads, :n_used], out=o)
-                np.multiply(o, s, out=o)  # normalise after P @ V: d_k numbers per row, not n_k
-                if weights is not None:  # written once, from the block in cache
-                    np.multiply(S, s, out=weights[seqs, heads, rs, :n_used])
-    return True
-
-
-def _block_of(a: np.ndarray, seqs: slice, heads: slice, rows: slice) -> np.ndarray:
-    """The (seqs, heads, rows, ...) block of an array of 3 or 4 axes (batch, heads, rows, ...)
-    that broadcasts over its size-1 axes."""
-    return a[
-        seqs if a.shape[0] > 1 else slice(None),
-        heads if a.shape[1] > 1 else slice(None),
-        rows if a.shape[2] > 1 else slice(None),
-    ]
+    return BW.multi_head_attention(x_q, x_kv, params, mask, need_weights=need_weights)
 
 
 def multi_head_attention_reshape(
@@ -496,16 +350,18 @@ def multi_head_attention_reshape(
     reference the fast version is tested against, and for the loop-vs-reshape benchmark.
     Same arguments, checks, empty-sequence answers and errors as the fast version.
     """
-    x_q, x_kv, mask, unbatched = _prepare(x_q, x_kv, params, mask)
+    x_q, x_kv, mask, unbatched = prepare_mha(x_q, x_kv, params, mask)
     h = params.n_heads
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
-        q = _split(_project(x_q, params.W_q, params.b_q), h)  # (batch, heads, n_q, d_k)
-        k = _split(_project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
-        v = _split(_project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
+        split = split_heads_unchecked
+        q = split(project(x_q, params.W_q, params.b_q), h)  # (batch, heads, n_q, d_k)
+        k = split(project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
+        v = split(project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
         result = _attention(q, k, v, mask)
         if result is not None:
             heads, weights = result
-            out = _project(_merge(heads), params.W_o, params.b_o)  # (batch, n_q, d_model)
+            concat = merge_heads_unchecked(heads)  # (batch, n_q, d_model)
+            out = project(concat, params.W_o, params.b_o)  # (batch, n_q, d_model)
     if result is None or not V.all_finite(out):
         V.mha_nonfinite(x_q, x_kv, params)
     return (out[0], weights[0]) if unbatched else (out, weights)
@@ -524,7 +380,7 @@ def multi_head_attention_per_head(
     reference the reshape version is tested against, and for the loop-vs-reshape
     benchmark. Same arguments, checks, empty-sequence answers and errors as the fast version.
     """
-    x_q, x_kv, mask, unbatched = _prepare(x_q, x_kv, params, mask)
+    x_q, x_kv, mask, unbatched = prepare_mha(x_q, x_kv, params, mask)
     if mask is not None:  # one (batch, n_q, n_k) slice per head
         mask = np.broadcast_to(mask, (x_q.shape[0], params.n_heads, x_q.shape[1], x_kv.shape[1]))
     d_k = params.d_k
@@ -536,9 +392,9 @@ def multi_head_attention_per_head(
             def head_bias(b, cols=cols):
                 return None if b is None else b[cols]
 
-            q = _project(x_q, params.W_q[:, cols], head_bias(params.b_q))  # (batch, n_q, d_k)
-            k = _project(x_kv, params.W_k[:, cols], head_bias(params.b_k))  # (batch, n_k, d_k)
-            v = _project(x_kv, params.W_v[:, cols], head_bias(params.b_v))  # (batch, n_k, d_k)
+            q = project(x_q, params.W_q[:, cols], head_bias(params.b_q))  # (batch, n_q, d_k)
+            k = project(x_kv, params.W_k[:, cols], head_bias(params.b_k))  # (batch, n_k, d_k)
+            v = project(x_kv, params.W_v[:, cols], head_bias(params.b_v))  # (batch, n_k, d_k)
             result = _attention(q, k, v, None if mask is None else mask[:, h])
             if result is None:
                 break
@@ -546,17 +402,29 @@ def multi_head_attention_per_head(
             weights.append(result[1])
         else:
             concat = np.concatenate(outputs, axis=-1)  # (batch, n_q, d_model)
-            out = _project(concat, params.W_o, params.b_o)
+            out = project(concat, params.W_o, params.b_o)
     if result is None or not V.all_finite(out):
         V.mha_nonfinite(x_q, x_kv, params)
     weights = np.stack(weights, axis=1)  # (batch, heads, n_q, n_k)
     return (out[0], weights[0]) if unbatched else (out, weights)
 
 
-def _batched_mask(mask, x_q: np.ndarray, x_kv: np.ndarray, n_heads: int):
+def batched_mask(mask, x_q: np.ndarray, x_kv: np.ndarray, n_heads: int):
     """Check a mask against the scores (batch, heads, n_q, n_k) and give it four axes."""
     if mask is None:
         return None
     scores_shape = (x_q.shape[0], n_heads, x_q.shape[1], x_kv.shape[1])
     mask = V.mask(mask, scores_shape, "(batch, heads, n_q, n_k)")
     return mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+
+
+# Names used by other modules before they had public ones (lib.backprop, lib.checks.nb01_lists);
+# kept so that those modules run unchanged until they switch to the names above.
+_softmax_inplace = softmax_inplace
+_split = split_heads_unchecked
+_merge = merge_heads_unchecked
+_batched_mask = batched_mask
+
+# The fast path lives in lib.blockwise, which imports this module: imported last, when every
+# name it uses from here exists.
+from . import blockwise as BW  # noqa: E402

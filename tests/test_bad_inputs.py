@@ -18,6 +18,7 @@ import pytest
 
 from lib import attention as A
 from lib import backprop as B
+from lib import blockwise as BW
 from lib import lists as L
 from lib import tiny as T
 
@@ -247,6 +248,14 @@ def tb():
 
 def W4():
     return np.eye(4)
+
+
+def finite_result(fn):
+    """Call fn; an output holding NaN or inf is a failure (the input was valid)."""
+    out = fn()
+    if not np.isfinite(out).all():
+        raise AssertionError("the output is not finite")
+    return out
 
 
 E = ValueError
@@ -512,6 +521,54 @@ OTHER_ROWS = [
         ("n_parts must be an integer >= 1, got 0",)),
     Row("lists.shape", "ragged", lambda: L.matmul([[1.0], [1.0, 2.0]], [[1.0]]), E,
         ("is ragged",)),
+    # blockwise
+    Row("blockwise.attention", "NaN in q",
+        lambda: BW.attention(x((3, 4), at=(1, 2)), q3, q3), E,
+        ("q contains NaN or inf (first at index (1, 2), shape (3, 4))",)),
+    Row("blockwise.attention", "one axis", lambda: BW.attention(np.ones(4), q3, q3), E,
+        ("q must be (..., n, d), with at least 2 axes, got shape (4,)",)),
+    Row("blockwise.attention", "d_k differs", lambda: BW.attention(q3, np.ones((3, 5)), q3), E,
+        ("q and k must share d_k >= 1 (last axis): q is (3, 4), k is (3, 5)",)),
+    Row("blockwise.attention", "numbers of keys differ",
+        lambda: BW.attention(q3, q3, np.ones((4, 2))), E,
+        ("k and v must have the same number of keys (axis -2)",)),
+    Row("blockwise.attention", "batch axes differ",
+        lambda: BW.attention(np.ones((2, 3, 4)), np.ones((5, 3, 4)), np.ones((5, 3, 1))), E,
+        ("leading (batch) axes of q, k, v must broadcast together",)),
+    Row("blockwise.attention", "additive float mask",
+        lambda: BW.attention(q3, q3, q3, np.zeros((3, 3))), E,
+        ("mask must be boolean, True = may attend", "`mask == 0`")),
+    Row("blockwise.attention", "mask that does not broadcast",
+        lambda: BW.attention(q3, q3, q3, np.ones((4, 4), bool)), E,
+        ("mask of shape (4, 4) cannot broadcast to the attention scores' shape (3, 3)",)),
+    Row("blockwise.attention", "scores overflow",
+        lambda: BW.attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3), E,
+        ("the scores q k^T / sqrt(d_k) overflow float32",)),
+    Row("blockwise.attention", "huge values are not an overflow",
+        lambda: finite_result(lambda: BW.attention(
+            np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), huge((3, 2), 3e38))),
+        None),
+    Row("blockwise.attention", "lists are converted",
+        lambda: BW.attention(q3.tolist(), q3.tolist(), q3.tolist(), causal=True), None),
+    Row("blockwise.online_softmax_attention", "NaN in v",
+        lambda: BW.online_softmax_attention(q3, q3, x((3, 2), at=(2, 0))), E,
+        ("v contains NaN or inf (first at index (2, 0)",)),
+    Row("blockwise.online_softmax_attention", "block of 0",
+        lambda: BW.online_softmax_attention(q3, q3, q3, block_k=0), E,
+        ("block_k must be an integer >= 1, got 0",)),
+    Row("blockwise.online_softmax_attention", "float block",
+        lambda: BW.online_softmax_attention(q3, q3, q3, block_q=2.0), E,
+        ("block_q must be an integer >= 1, got 2.0 (float)",)),
+    Row("blockwise.online_softmax_attention", "0/1 mask",
+        lambda: BW.online_softmax_attention(q3, q3, q3, np.tril(np.ones((3, 3), int))), E,
+        ("mask must be boolean", "`mask.astype(bool)`")),
+    Row("blockwise.online_softmax_attention", "scores overflow",
+        lambda: BW.online_softmax_attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3), E,
+        ("the scores q k^T / sqrt(d_k) overflow float32",)),
+    Row("blockwise.online_softmax_attention", "huge values are not an overflow",
+        lambda: finite_result(lambda: BW.online_softmax_attention(
+            np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), huge((3, 2), 3e38))),
+        None),
     # torch_bridge
     Row("torch_bridge.pack_in_proj", "params not an MHAParams",
         lambda: tb().pack_in_proj({"W_q": 1}), E, ("params must be an MHAParams",)),
@@ -550,6 +607,7 @@ def test_every_public_forward_and_rule_is_in_the_table():
         "softmax", "lists.attention", "lists.multi_head_attention", "tiny.TinyModel.forward",
         "tiny.TinyModel.backward", "torch_bridge.to_torch_mha", "torch_bridge.from_torch_mha",
         "torch_bridge.pack_in_proj", "torch_bridge.to_torch_attn_mask", "MHAParams",
+        "blockwise.attention", "blockwise.online_softmax_attention",
     ):  # fmt: skip
         assert name in functions, name
     assert len({row.id for row in ROWS}) == len(ROWS)

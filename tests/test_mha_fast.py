@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lib import attention as A
+from lib import blockwise as BW
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 
@@ -23,12 +24,12 @@ def rng():
 def block_bytes(rows, group=None):
     """Make the blocks tiny, so that a small problem is cut into many blocks: blocks of
     query rows of `rows` bytes, groups of whole score matrices of `group` bytes."""
-    old = A._ROW_BLOCK_BYTES, A._GROUP_BYTES
-    A._ROW_BLOCK_BYTES, A._GROUP_BYTES = rows, rows if group is None else group
+    old = BW.ROW_BLOCK_BYTES, BW.GROUP_BYTES
+    BW.ROW_BLOCK_BYTES, BW.GROUP_BYTES = rows, rows if group is None else group
     try:
         yield
     finally:
-        A._ROW_BLOCK_BYTES, A._GROUP_BYTES = old
+        BW.ROW_BLOCK_BYTES, BW.GROUP_BYTES = old
 
 
 def random_mask(rng, kind, batch, h, n_q, n_k):

@@ -28,7 +28,9 @@ from test_bad_inputs import ROWS, failure
 # expected, and only the table's verdict matters.
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-MODULES = ("lib.attention", "lib.backprop", "lib.tiny", "lib.lists", "lib.torch_bridge")
+MODULES = (
+    "lib.attention", "lib.blockwise", "lib.backprop", "lib.tiny", "lib.lists", "lib.torch_bridge",
+)  # fmt: skip
 ALIASES = {"V", "V_"}  # how the modules import lib._validate
 # Functions of lib._validate that are not checks: computations, message text, and the
 # error builders (their call sites are the `raise` statements around them).
@@ -182,6 +184,7 @@ SITES = find_sites()
 MODULE_ROWS = {  # the rows most likely to notice a deletion in each module come first
     "lib.attention": ("multi_head", "scaled_dot", "softmax", "causal", "padding", "split",
                       "merge", "valid", "MHAParams", "init_mha"),
+    "lib.blockwise": ("multi_head", "blockwise."),
     "lib.backprop": ("backprop.",),
     "lib.tiny": ("tiny.",),
     "lib.lists": ("lists.",),

@@ -1,0 +1,416 @@
+"""Exact attention computed in blocks: what makes attention fast and small (notebook 10).
+
+The scores of one head are an (n_q, n_k) matrix: at n = 16384 that is 1 GiB of float32, for
+one head of one sequence. Nothing forces us to hold it all at once, and the answer stays
+exact. Two ways to cut it up:
+
+- **blocks of query rows** (:func:`attend_in_blocks`, lib's fast kernel). A row's softmax
+  needs only that row, so a block of rows is computed, exponentiated, multiplied by V and
+  normalised while it sits in the CPU's cache, then forgotten. Memory: rows x n_k numbers
+  per block, however many rows there are.
+- **blocks of keys as well, with an online softmax** (:func:`online_softmax_attention`;
+  Milakov & Gimelshein 2018, the idea FlashAttention builds on). A row's softmax is put
+  together one key block at a time: a running maximum, a running sum of exponentials and a
+  running (unnormalised) output, the last two rescaled whenever the maximum grows
+  (:func:`online_softmax_update`). Memory: block_q x block_k numbers, whatever n is.
+
+Both skip what a mask makes useless: a block of queries never computes scores for keys
+after the last one any of its rows may attend to. With a causal mask that is about half
+of all scores (:func:`attention` with ``causal=True``).
+
+:func:`multi_head_attention` is the fast multi-head forward that
+:func:`lib.attention.multi_head_attention` delegates to: one fused projection, heads as
+views of it, the kernel above, the output projection. It keeps the contract of every
+multi-head forward of lib (README, "Conventions").
+
+The block sizes below were measured on the course's 2-core machine (numpy 2.4, OpenBLAS
+SkylakeX kernels); ``make bench`` (sections ``torch`` and ``scale``) re-measures them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _validate as V
+from . import attention as A
+
+# --------------------------------------------------------------------------- block sizes
+
+GROUP_BYTES = 2 << 20
+"""Bytes of scores per block of whole score matrices (several heads, or several sequences,
+when sequences are short): 2 MB stays within one core's L2 cache, so the softmax's passes
+over a block run from L2."""
+
+ROW_BLOCK_BYTES = 8 << 20
+"""Bytes of scores per block of query rows of one long score matrix: up to 8 MB (it then
+sits in the shared L3), so that BLAS gets products of about a thousand rows and packs K and
+V fewer times. Both sizes measured a few per cent faster than the other choice at the
+shapes ``make bench`` uses."""
+
+CAUSAL_BLOCKS = 16
+CAUSAL_MIN_ROWS = 128
+"""With a mask whose rows reach different numbers of keys (causal), a score matrix is cut
+into up to CAUSAL_BLOCKS blocks of query rows, so that skipping the keys no row of a block
+reaches saves nearly half of the work: with B blocks the work left is (1 + 1/B) / 2 of the
+full matrix (0.53 with 16), but blocks keep at least CAUSAL_MIN_ROWS rows, below which
+BLAS products get small and the Python loop's overhead shows (measured: ``make bench``,
+section ``scale``)."""
+
+SAFE_SCORE = {np.dtype(np.float32): 30.0, np.dtype(np.float64): 300.0}
+"""Largest |score| for which exp(score) is used without subtracting the row's maximum: far
+from overflow and underflow (float32: exp(+-88); float64: exp(+-709)), so every weight
+keeps full relative precision."""
+
+
+# --------------------------------------------------------------------------- online softmax
+
+
+def online_softmax_update(m, l, acc, scores, v):
+    """One key block of the online softmax, for a block of query rows.
+
+    m: (..., rows) the running maximum of each row's scores so far (-inf before any key);
+    l: (..., rows) the running sum of exp(score - m); acc: (..., rows, d_v) the running sum
+    of exp(score - m) * v; scores: (..., rows, b) this block's scores (-inf = masked);
+    v: (..., b, d_v) this block's values. Returns the new (m, l, acc).
+
+    When the maximum grows from m to m_new, everything summed so far was exponentiated
+    relative to the old m: multiplying by exp(m - m_new) puts it relative to m_new. A row
+    that has seen only masked keys keeps m = -inf, l = 0, acc = 0 (no NaN).
+    """
+    m_new = np.maximum(m, scores.max(axis=-1, initial=-np.inf))
+    shift = np.where(np.isneginf(m_new), 0.0, m_new)  # a row with nothing seen yet: 0
+    p = np.exp(scores - shift[..., None])  # (..., rows, b)
+    alpha = np.exp(m - shift)  # rescales the old sums; exp(-inf) = 0 on the first block
+    return m_new, alpha * l + p.sum(axis=-1), alpha[..., None] * acc + p @ v
+
+
+def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, block_k=128):
+    """Exact softmax(q k^T / sqrt(d_k)) v, computed in (block_q x block_k) tiles with an
+    online softmax: the full score matrix never exists.
+
+    q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v), leading axes broadcast;
+    mask: boolean, broadcastable to (..., n_q, n_k), True = may attend; ``causal=True``:
+    query i may attend to keys 0 .. i + (n_k - n_q), without a mask array (as
+    :func:`lib.attention.causal_mask`), and tiles that no query may attend to are skipped.
+    Returns the output (..., n_q, d_v); a query with nothing to attend to gets 0.
+
+    Written for reading, not speed: a Python loop over tiles. :func:`attention` is the
+    fast exact kernel.
+    """
+    q, k, v, mask = _checked_core_inputs(q, k, v, mask)
+    block_q = V.count(block_q, "block_q")
+    block_k = V.count(block_k, "block_k")
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    dtype = np.result_type(q, k, v)
+    if mask is not None:  # a view with every axis, for slicing tiles out of it
+        mask = np.broadcast_to(mask, lead + (q.shape[-2], k.shape[-2]))
+    q = q * (1.0 / math.sqrt(q.shape[-1]))  # a Python float keeps float32 in float32
+    if not V.scores_fit(q, k, V.largest_row_norm(q), V.largest_row_norm(k)):
+        raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = _tiles(q, k, v, mask, causal, block_q, block_k, lead, dtype)
+        if not V.all_finite(out):  # huge values: the running sums overflowed, not the answer
+            top = float(np.abs(v).max())
+            out = _tiles(q, k, v / top, mask, causal, block_q, block_k, lead, dtype) * top
+    return out
+
+
+def _tiles(q, k, v, mask, causal, block_q, block_k, lead, dtype):
+    """online_softmax_attention's loop over tiles (q already scaled)."""
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    offset = n_k - n_q  # causal: query i sees keys 0 .. i + offset
+    out = np.zeros(lead + (n_q, v.shape[-1]), dtype)
+    for i0 in range(0, n_q, block_q):
+        i1 = min(n_q, i0 + block_q)
+        m = np.full(lead + (i1 - i0,), -np.inf, dtype)  # running maximum of each row
+        l = np.zeros(lead + (i1 - i0,), dtype)  # running sum of exp(score - m)
+        acc = np.zeros(lead + (i1 - i0, v.shape[-1]), dtype)  # running sum of exp(...) v
+        for j0 in range(0, n_k, block_k):
+            if causal and j0 > i1 - 1 + offset:  # no row of this block reaches these keys
+                break
+            j1 = min(n_k, j0 + block_k)
+            s = q[..., i0:i1, :] @ np.swapaxes(k[..., j0:j1, :], -1, -2)  # (..., rows, b)
+            if causal:
+                rows = np.arange(i0, i1)[:, None] + offset
+                s = np.where(np.arange(j0, j1)[None, :] <= rows, s, -np.inf)
+            if mask is not None:
+                s = np.where(mask[..., i0:i1, j0:j1], s, -np.inf)
+            m, l, acc = online_softmax_update(m, l, acc, s, v[..., j0:j1, :])
+        np.divide(acc, l[..., None], out=out[..., i0:i1, :], where=l[..., None] > 0)
+    return out
+
+
+# --------------------------------------------------------------------------- the fast kernel
+
+
+@dataclass(frozen=True)
+class MaskPlan:
+    """How a boolean mask is applied block by block.
+
+    reach: ints broadcasting to (batch, heads, rows): row r attends only among keys
+    0 .. reach - 1, so a block of rows can leave out the keys after its largest reach.
+    add: None when the mask is a *prefix* mask (each row's allowed keys are exactly
+    0 .. reach - 1: causal, padding, or both), which ``reach`` describes completely;
+    otherwise the mask as an additive array (0 = may attend, -inf = not) broadcasting to
+    (batch, heads, rows, n_k).
+    """
+
+    reach: np.ndarray
+    add: np.ndarray | None = None
+
+
+def mask_plan(mask: np.ndarray, n_k: int, dtype) -> MaskPlan:
+    """The plan for a boolean mask of four axes (batch|1, heads|1, rows|1, n_k|1)."""
+    mask = np.broadcast_to(mask, mask.shape[:-1] + (n_k,))
+    allowed = mask.any(axis=-1)
+    reach = np.where(allowed, n_k - np.argmax(mask[..., ::-1], axis=-1), 0)
+    if not np.any(mask[..., 1:] & ~mask[..., :-1]):  # no key allowed after a blocked one
+        return MaskPlan(reach)
+    dtype = np.dtype(dtype)
+    return MaskPlan(reach, np.where(mask, dtype.type(0), dtype.type(-np.inf)))
+
+
+def causal_plan(n_q: int, n_k: int) -> MaskPlan:
+    """The plan of :func:`lib.attention.causal_mask` (n_q, n_k), without building it."""
+    return MaskPlan(np.clip(np.arange(1, n_q + 1) + (n_k - n_q), 0, n_k)[None, None, :])
+
+
+def attend_in_blocks(
+    q, k, v, heads_out, weights=None, plan: MaskPlan | None = None, *, small=False, skip=True
+) -> None:
+    """softmax(q k^T, masked) v for blocks of (sequences, heads, query rows).
+
+    q: (batch, heads, rows, d_k), already scaled by 1/sqrt(d_k); k: (batch, heads, n_k, d_k);
+    v: (batch, heads, n_k, d_v). Writes heads_out (batch, heads, rows, d_v) and, unless it
+    is None, weights (batch, heads, rows, n_k). ``plan``: the mask (None: every key).
+    ``small``: every |score| <= :data:`SAFE_SCORE`, so exp needs no shift by the row's
+    maximum. ``skip=False`` computes every key of every block (to measure what skipping
+    saves). Unchecked: the callers check the inputs and that the scores fit the dtype.
+    """
+    batch, h, n_q, _ = q.shape
+    n_k = k.shape[2]
+    dtype = np.result_type(q, k)
+    k_t = k.transpose(0, 1, 3, 2)  # (batch, heads, d_k, n_k)
+    reach = None if plan is None else plan.reach
+    add = None if plan is None else plan.add
+    rows = max(1, min(n_q, ROW_BLOCK_BYTES // dtype.itemsize // n_k))  # query rows per block
+    if reach is not None and reach.shape[2] > 1 and skip:  # rows reach different keys
+        rows = min(rows, max(CAUSAL_MIN_ROWS, -(-n_q // CAUSAL_BLOCKS)))
+    group = GROUP_BYTES // dtype.itemsize  # scores per block of whole score matrices
+    hs = max(1, min(h, group // (n_q * n_k))) if rows == n_q else 1  # heads per block
+    bs = max(1, min(batch, group // (h * n_q * n_k))) if hs == h else 1  # sequences per block
+    scratch = np.empty(bs * hs * rows * n_k, dtype)  # the scores of one block, kept in cache
+    top = np.empty((bs, hs, rows, 1), dtype)
+    inv = np.empty((bs, hs, rows, 1), dtype)
+    ones = np.ones((n_k, 1), dtype)  # row sums as S @ ones: a BLAS call, 3-4x np.sum's speed
+    columns = np.arange(n_k)
+    for b0 in range(0, batch, bs):
+        seqs = slice(b0, min(batch, b0 + bs))
+        nb = seqs.stop - b0
+        for h0 in range(0, h, hs):
+            heads = slice(h0, min(h, h0 + hs))
+            nh = heads.stop - h0
+            for r0 in range(0, n_q, rows):
+                rs = slice(r0, min(n_q, r0 + rows))
+                nr = rs.stop - r0
+                n_used, lo = n_k, n_k  # keys computed; keys every row of the block may see
+                if reach is not None:
+                    r = block_of(reach, seqs, heads, rs)
+                    n_used = int(r.max()) if skip else n_k
+                    lo = min(int(r.min()), n_used)
+                o = heads_out[seqs, heads, rs]  # (nb, nh, nr, d_v)
+                if weights is not None:
+                    weights[seqs, heads, rs, n_used:] = 0.0
+                if n_used == 0:  # no query in this block may attend to anything
+                    o[...] = 0.0
+                    continue
+                S = scratch[: nb * nh * nr * n_used].reshape(nb, nh, nr, n_used)
+                t, s = top[:nb, :nh, :nr], inv[:nb, :nh, :nr]
+                np.matmul(q[seqs, heads, rs], k_t[seqs, heads, :, :n_used], out=S)
+                if add is not None:
+                    np.add(S, block_of(add, seqs, heads, rs)[..., :n_used], out=S)
+                elif lo < n_used:  # a prefix mask: only keys lo .. n_used - 1 can be blocked
+                    blocked = columns[lo:n_used] >= r[..., None]
+                    np.copyto(S[..., lo:], -np.inf, where=blocked)
+                if not small:  # subtract each row's maximum (0 for a fully masked row)
+                    np.max(S, axis=-1, keepdims=True, out=t)
+                    t[np.isneginf(t)] = 0.0
+                    np.subtract(S, t, out=S)
+                np.exp(S, out=S)
+                np.matmul(S, ones[:n_used], out=s)
+                np.divide(1.0, s, out=s, where=s > 0)  # a fully masked row keeps 0: weights 0
+                np.matmul(S, v[seqs, heads, :n_used], out=o)
+                np.multiply(o, s, out=o)  # normalise after P @ V: d_v numbers per row, not n_k
+                if weights is not None:  # written once, from the block in cache
+                    np.multiply(S, s, out=weights[seqs, heads, rs, :n_used])
+
+
+def block_of(a: np.ndarray, seqs: slice, heads: slice, rows: slice) -> np.ndarray:
+    """The (seqs, heads, rows, ...) block of an array of 3 or 4 axes (batch, heads, rows, ...)
+    that broadcasts over its size-1 axes."""
+    return a[
+        seqs if a.shape[0] > 1 else slice(None),
+        heads if a.shape[1] > 1 else slice(None),
+        rows if a.shape[2] > 1 else slice(None),
+    ]
+
+
+def scores_are_small(q, k, q_norm: float, k_norm: float) -> bool:
+    """Whether |q_i . k_j| <= |q_i| |k_j| <= SAFE_SCORE for every pair (Cauchy-Schwarz)."""
+    return q_norm * k_norm <= SAFE_SCORE.get(np.dtype(np.result_type(q, k)), 0)
+
+
+def unread_values_finite(v: np.ndarray, plan: MaskPlan | None) -> bool:
+    """The values of keys that no query reaches (padding, say) are never read by the kernel,
+    so an overflow in them would go unseen; the other forwards multiply them by 0 and get
+    NaN. Looking at them (none, with a causal mask) makes all forwards agree.
+    v: (batch, heads, n_k, d_v)."""
+    if plan is None:
+        return True
+    unread = np.arange(v.shape[2]) >= plan.reach.max(axis=-1, keepdims=True)  # (b|1, h|1, n_k)
+    return not unread.any() or V.all_finite(v[np.broadcast_to(unread, v.shape[:3])])
+
+
+# --------------------------------------------------------------------------- attention core
+
+
+def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> np.ndarray:
+    """Exact softmax(q k^T / sqrt(d_k)) v with lib's blocked kernel: the output only.
+
+    q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v), leading axes broadcast;
+    mask: boolean, broadcastable to (..., n_q, n_k), True = may attend. ``causal=True``:
+    query i may attend to keys 0 .. i + (n_k - n_q) (as :func:`lib.attention.causal_mask`),
+    with no mask array built. A block of queries skips the keys none of its rows may
+    attend to; ``skip_masked_blocks=False`` computes them anyway (and masks them), to
+    measure what skipping saves. Memory beyond the output: one block of scores
+    (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend to gets 0.
+    """
+    q, k, v, mask = _checked_core_inputs(q, k, v, mask)
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    dtype = np.result_type(q, k, v)
+    out = np.empty(lead + (n_q, v.shape[-1]), dtype)
+    if out.size == 0 or n_k == 0:
+        out[...] = 0.0
+        return out
+    q = q * (1.0 / math.sqrt(q.shape[-1]))  # a Python float keeps float32 in float32
+    q_norm, k_norm = V.largest_row_norm(q), V.largest_row_norm(k)
+    if not V.scores_fit(q, k, q_norm, k_norm):
+        raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
+
+    def four_axes(a):  # (..., n, d) -> (prod(lead), 1, n, d); a view when nothing broadcasts
+        return np.broadcast_to(a, lead + a.shape[-2:]).reshape((-1, 1) + a.shape[-2:])
+
+    if causal and mask is not None:
+        mask = mask & A.causal_mask(n_q, n_k)
+    plan = causal_plan(n_q, n_k) if causal and mask is None else None
+    if mask is not None:  # four axes (batch|1, 1, n_q|1, n_k|1), broadcast only where needed
+        mask = mask.reshape((1,) * (len(lead) + 2 - mask.ndim) + mask.shape)
+        if any(n != 1 for n in mask.shape[:-2]):
+            mask = np.broadcast_to(mask, lead + mask.shape[-2:])
+        plan = mask_plan(mask.reshape((-1, 1) + mask.shape[-2:]), n_k, dtype)
+    small = scores_are_small(q, k, q_norm, k_norm)
+    q4, k4, v4 = (four_axes(a).astype(dtype, copy=False) for a in (q, k, v))
+    out4 = out.reshape((-1, 1, n_q, v.shape[-1]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        attend_in_blocks(q4, k4, v4, out4, plan=plan, small=small, skip=skip_masked_blocks)
+        if not V.all_finite(out):
+            # The kernel sums exp(score) * v before dividing by the sum of exp(score), and
+            # with huge values that sum can overflow where the answer (a weighted mean of
+            # v's rows) does not: divide v by its largest |entry| first, multiply back after.
+            top = float(np.abs(v).max())
+            attend_in_blocks(
+                q4, k4, v4 / top, out4, plan=plan, small=False, skip=skip_masked_blocks
+            )
+            out *= top
+    return out
+
+
+def _checked_core_inputs(q, k, v, mask):
+    """q, k, v (real arrays of at least 2 axes, sharing d_k and n_k, leading axes that
+    broadcast, finite) and the mask (boolean, broadcasting to the scores)."""
+    q, k, v = V.real_array(q, "q"), V.real_array(k, "k"), V.real_array(v, "v")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        V.rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
+    V.same_d_k(q.shape, k.shape)
+    V.same_keys(k.shape, v.shape)
+    lead = V.leading_axes({"q": q.shape, "k": k.shape, "v": v.shape})
+    V.finite_all({"q": q, "k": k, "v": v})
+    if mask is not None:
+        mask = V.mask(mask, lead + (q.shape[-2], k.shape[-2]))
+    return q, k, v, mask
+
+
+# --------------------------------------------------------------------------- multi-head
+
+
+def project_heads(x_q, x_kv, params: A.MHAParams, fuse: bool):
+    """q (pre-scaled by 1/sqrt(d_k)), k, v as (batch, heads, n, d_k) views of projections.
+
+    Self-attention (``fuse``) projects with one (d, 3d) matmul by [W_q | W_k | W_v]; the
+    scale is folded into W_q and b_q (d^2 multiplications instead of n_q * n_k)."""
+    batch, n_q, d = x_q.shape
+    n_k = x_kv.shape[1]
+    h, d_k = params.n_heads, params.d_k
+    scale = 1.0 / math.sqrt(d_k)  # a Python float keeps float32 in float32
+    b_q = None if params.b_q is None else params.b_q * scale
+    if fuse:  # self-attention: one (d, 3d) matmul
+        W = np.concatenate([params.W_q * scale, params.W_k, params.W_v], axis=1)
+        b = None if b_q is None else np.concatenate([b_q, params.b_k, params.b_v])
+        qkv = A.project(x_q.reshape(batch * n_q, d), W, b).reshape(batch, n_q, 3, h, d_k)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (batch, n, heads, d_k)
+    else:
+        q = A.project(x_q.reshape(batch * n_q, d), params.W_q * scale, b_q)
+        q = q.reshape(batch, n_q, h, d_k)
+        W = np.concatenate([params.W_k, params.W_v], axis=1)
+        b = None if params.b_k is None else np.concatenate([params.b_k, params.b_v])
+        kv = A.project(x_kv.reshape(batch * n_k, d), W, b).reshape(batch, n_k, 2, h, d_k)
+        k, v = kv[:, :, 0], kv[:, :, 1]
+    return q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+
+
+def attend(q, k, v, heads_out, weights, mask) -> bool:
+    """The kernel with its checks: False, computing nothing, when a score would not be a
+    finite number (an overflow) or a value no query reads overflowed. mask: boolean with
+    four axes, or None."""
+    q_norm, k_norm = V.largest_row_norm(q), V.largest_row_norm(k)
+    if not V.scores_fit(q, k, q_norm, k_norm):
+        return False
+    plan = None if mask is None else mask_plan(mask, k.shape[2], np.result_type(q, k))
+    if not unread_values_finite(v, plan):
+        return False
+    small = scores_are_small(q, k, q_norm, k_norm)
+    attend_in_blocks(q, k, v, heads_out, weights, plan, small=small)
+    return True
+
+
+def multi_head_attention(
+    x_q, x_kv, params: A.MHAParams, mask=None, *, need_weights: bool = True
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """lib's fast multi-head attention; see :func:`lib.attention.multi_head_attention`
+    (same arguments, results and errors)."""
+    self_attention = x_q is x_kv
+    x_q, x_kv, mask, unbatched = A.prepare_mha(x_q, x_kv, params, mask)
+    batch, n_q, d = x_q.shape
+    n_k = x_kv.shape[1]
+    h = params.n_heads
+    if batch * n_q * n_k == 0:
+        out, weights = A.empty_mha_result(x_q, x_kv, params, need_weights)
+    else:
+        # Inputs and weights are finite (checked above), so a NaN or inf met below is an
+        # overflow: V.mha_nonfinite explains it, and NumPy's warnings would only repeat it.
+        with np.errstate(over="ignore", invalid="ignore"):
+            q, k, v = project_heads(x_q, x_kv, params, fuse=self_attention)
+            heads = np.empty((batch, n_q, h, params.d_k), np.result_type(q, k, v))
+            weights = np.empty((batch, h, n_q, n_k), np.result_type(q, k)) if need_weights else None
+            fine = attend(q, k, v, heads.transpose(0, 2, 1, 3), weights, mask)
+            out = A.project(heads.reshape(batch * n_q, d), params.W_o, params.b_o)
+        if not (fine and V.all_finite(out)):
+            V.mha_nonfinite(x_q, x_kv, params)
+        out = out.reshape(batch, n_q, d)
+    if unbatched:
+        return out[0], None if weights is None else weights[0]
+    return out, weights

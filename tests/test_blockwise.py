@@ -1,0 +1,208 @@
+"""Exact attention in blocks (lib.blockwise, notebook 10): the online softmax and the blocked
+kernel against the plain form of notebook 02 and against PyTorch's SDPA, on generated
+shapes, masks and block sizes; the memory the kernel needs; what skipping masked blocks
+leaves out."""
+
+import contextlib
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.nn import functional as F
+
+from lib import attention as A
+from lib import blockwise as BW
+
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+TOL = {np.float64: 1e-10, np.float32: 1e-5}
+
+
+@contextlib.contextmanager
+def row_block_bytes(size):
+    old = BW.ROW_BLOCK_BYTES, BW.CAUSAL_MIN_ROWS
+    BW.ROW_BLOCK_BYTES, BW.CAUSAL_MIN_ROWS = size, 1
+    try:
+        yield
+    finally:
+        BW.ROW_BLOCK_BYTES, BW.CAUSAL_MIN_ROWS = old
+
+
+@st.composite
+def cases(draw):
+    return dict(
+        lead=draw(st.sampled_from([(), (2,), (2, 3), (1, 2)])),
+        n_q=draw(st.integers(1, 12)),
+        n_k=draw(st.integers(1, 12)),
+        d_k=draw(st.integers(1, 6)),
+        d_v=draw(st.integers(1, 5)),
+        mask=draw(st.sampled_from(["none", "causal", "causal flag", "padding", "random", "both"])),
+        block_q=draw(st.integers(1, 13)),
+        block_k=draw(st.integers(1, 13)),
+        row_bytes=draw(st.sampled_from([8, 64, 8 << 20])),
+        scale=draw(st.sampled_from([1.0, 8.0])),  # 8: scores too large to skip the max
+        dtype=draw(st.sampled_from([np.float64, np.float32])),
+        seed=draw(seeds),
+    )
+
+
+def build(c):
+    rng = np.random.default_rng(c["seed"])
+    lead, n_q, n_k = c["lead"], c["n_q"], c["n_k"]
+    q = (c["scale"] * rng.normal(size=lead + (n_q, c["d_k"]))).astype(c["dtype"])
+    k = rng.normal(size=lead + (n_k, c["d_k"])).astype(c["dtype"])
+    v = rng.normal(size=lead + (n_k, c["d_v"])).astype(c["dtype"])
+    kind, mask, causal = c["mask"], None, False
+    if kind in ("causal", "both"):
+        mask = A.causal_mask(n_q, n_k)
+    if kind == "causal flag":
+        causal = True
+    if kind == "padding":
+        mask = np.arange(n_k) < rng.integers(0, n_k + 1)  # (n_k,): some queries see nothing
+    if kind in ("random", "both"):
+        random = rng.random(lead + (n_q, n_k)) < 0.6
+        mask = random if mask is None else mask & random
+    return q, k, v, mask, causal
+
+
+@settings(max_examples=60)
+@given(cases())
+def test_blockwise_forms_equal_the_plain_one(c):
+    q, k, v, mask, causal = build(c)
+    full = A.causal_mask(c["n_q"], c["n_k"]) if causal else mask
+    want, _ = A.scaled_dot_product_attention(
+        q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), full
+    )
+    tol = TOL[c["dtype"]] * c["scale"]
+    online = BW.online_softmax_attention(
+        q, k, v, mask, causal=causal, block_q=c["block_q"], block_k=c["block_k"]
+    )
+    with row_block_bytes(c["row_bytes"]):
+        fast = BW.attention(q, k, v, mask, causal=causal)
+        unskipped = BW.attention(q, k, v, mask, causal=causal, skip_masked_blocks=False)
+    for name, got in (("online", online), ("fast", fast), ("unskipped", unskipped)):
+        assert got.dtype == c["dtype"], name
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
+
+
+@settings(max_examples=40)
+@given(cases())
+def test_blockwise_forms_equal_torch_sdpa(c):
+    q, k, v, mask, causal = build(c)
+    full = A.causal_mask(c["n_q"], c["n_k"]) if causal else mask
+    if full is not None:  # torch gives NaN to a query with nothing to attend to
+        full = np.broadcast_to(full, c["lead"] + (c["n_q"], c["n_k"])).copy()
+        full[..., 0] = True
+        mask = full
+        causal = False
+
+    def t(a):
+        return torch.from_numpy(np.ascontiguousarray(a))
+
+    attn_mask = None if full is None else t(full)
+    want = F.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=attn_mask).numpy()
+    tol = TOL[c["dtype"]] * c["scale"]
+    np.testing.assert_allclose(BW.attention(q, k, v, mask), want, rtol=tol, atol=tol)
+    got = BW.online_softmax_attention(q, k, v, mask, block_q=c["block_q"], block_k=c["block_k"])
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_causal_flag_matches_torch_is_causal_where_both_align():
+    """lib's causal (like causal_mask) aligns the queries with the *last* keys; SDPA's
+    is_causal aligns them with the first. With n_q == n_k both agree."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(2, 4, 37, 8)) for _ in range(3))
+    t = torch.from_numpy
+    want = F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=True).numpy()
+    np.testing.assert_allclose(BW.attention(q, k, v, causal=True), want, atol=1e-12)
+    with row_block_bytes(37 * 8 * 5):  # blocks of 5 rows
+        np.testing.assert_allclose(BW.attention(q, k, v, causal=True), want, atol=1e-12)
+    got = BW.online_softmax_attention(q, k, v, causal=True, block_q=6, block_k=4)
+    np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+@settings(max_examples=40)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 20),
+    st.integers(1, 4),
+    st.lists(st.integers(1, 7), min_size=1, max_size=5),
+    seeds,
+)
+def test_the_online_update_gives_the_softmax_however_the_keys_are_split(rows, n, d, cuts, seed):
+    rng = np.random.default_rng(seed)
+    s = 5 * rng.normal(size=(rows, n))
+    s[rng.random(s.shape) < 0.3] = -np.inf  # masked keys, some rows entirely
+    v = rng.normal(size=(n, d))
+    m, l, acc = np.full(rows, -np.inf), np.zeros(rows), np.zeros((rows, d))
+    edges = np.unique(np.clip(np.cumsum(cuts), 0, n))
+    for j0, j1 in zip(np.r_[0, edges], np.r_[edges, n], strict=True):
+        m, l, acc = BW.online_softmax_update(m, l, acc, s[:, j0:j1], v[j0:j1])
+    assert np.isfinite(l).all() and np.isfinite(acc).all()
+    out = np.divide(acc, l[:, None], where=l[:, None] > 0, out=np.zeros_like(acc))
+    np.testing.assert_allclose(out, A.softmax(s) @ v, atol=1e-12)
+    np.testing.assert_array_equal(l == 0, np.isneginf(s).all(axis=1))
+
+
+def test_the_blocked_kernel_needs_one_block_of_scores_not_the_matrix():
+    """Peak memory NumPy allocates beyond the inputs and the output, measured by
+    tracemalloc: at most one block of scores (ROW_BLOCK_BYTES) and a little more, against
+    the n x n matrix the plain form needs."""
+    n, d = 4096, 16
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.normal(size=(n, d)).astype(np.float32) for _ in range(3))
+    out_bytes = n * d * 4
+    for causal in (False, True):
+        tracemalloc.start()
+        BW.attention(q, k, v, causal=causal)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert peak - out_bytes <= BW.ROW_BLOCK_BYTES + 8 * n * d + (1 << 16), peak
+        assert peak < 0.15 * n * n * 4  # the n x n float32 matrix: 64 MiB
+    tracemalloc.start()
+    A.scaled_dot_product_attention(q, k, v)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak >= n * n * 4
+
+
+def test_skipping_leaves_out_the_blocks_no_query_reaches():
+    """With a causal mask and B blocks of rows, (1 + 1/B) / 2 of the scores are computed:
+    count the keys each block multiplies by spying on the kernel's products."""
+    n = 1024
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.normal(size=(1, 1, n, 8)) for _ in range(3))
+    computed = {}
+    real_matmul = np.matmul
+
+    def counting(a, b, out=None):
+        if out is not None and out.ndim == 4 and out.shape[-1] > 8:  # the scores q k^T
+            computed[skip] = computed.get(skip, 0) + out.size
+        return real_matmul(a, b, out=out)
+
+    for skip in (True, False):
+        BW.np.matmul = counting
+        try:
+            BW.attend_in_blocks(q, k, v, np.empty_like(q), None, BW.causal_plan(n, n), skip=skip)
+        finally:
+            BW.np.matmul = real_matmul
+    blocks = n // max(BW.CAUSAL_MIN_ROWS, -(-n // BW.CAUSAL_BLOCKS))
+    assert computed[False] == n * n
+    assert computed[True] == n * n * (1 + 1 / blocks) / 2
+
+
+def test_huge_values_give_their_weighted_mean_not_an_overflow():
+    q = np.ones((2, 4), np.float32)
+    v = np.full((3, 2), 3e38, np.float32)
+    for got in (BW.attention(q, q[:1].repeat(3, 0), v), BW.online_softmax_attention(q, q, v[:2])):
+        np.testing.assert_allclose(got, 3e38, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n_k", [0, 3])
+def test_empty_inputs(n_k):
+    out = BW.attention(np.ones((2, 0, 4)), np.ones((2, n_k, 4)), np.ones((2, n_k, 5)))
+    assert out.shape == (2, 0, 5)
+    out = BW.attention(np.ones((3, 4)), np.ones((n_k, 4)), np.ones((n_k, 5)))
+    assert out.shape == (3, 5) and (out == 0).all() == (n_k == 0)
