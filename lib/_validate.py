@@ -479,3 +479,98 @@ def gradients(grads: dict[str, np.ndarray], d_out: np.ndarray) -> None:
     for name, g in grads.items():
         if not all_finite(g):
             raise overflow(f"the gradient of {name} (from d_out)", g.dtype, {"d_out": d_out})
+
+
+# --------------------------------------------------------------------------- grouped heads
+
+
+def kv_heads(n_heads, n_kv_heads) -> int:
+    """The group size n_heads / n_kv_heads, for a key/value head count that divides n_heads."""
+    n_heads = count(n_heads, "n_heads")
+    n_kv_heads = count(n_kv_heads, "n_kv_heads")
+    if n_heads % n_kv_heads:
+        raise ValueError(
+            f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}: each key/value head "
+            f"serves n_heads / n_kv_heads query heads; valid key/value head counts for "
+            f"n_heads={n_heads} are {divisors(n_heads)}"
+        )
+    return n_heads // n_kv_heads
+
+
+def gqa_param_fields(weights: dict, biases: dict, n_heads, n_kv_heads) -> tuple[dict, dict]:
+    """The fields of a GQAParams, checked and converted: W_q and W_o (d_model, d_model), W_k
+    and W_v (d_model, n_kv_heads * d_k), biases given all four or none, head counts where
+    n_heads divides d_model and n_kv_heads divides n_heads."""
+    weights = {name: real_array(W, name) for name, W in weights.items()}
+    d = weights["W_q"].shape[0] if weights["W_q"].ndim else 0
+    square(weights["W_q"].shape, "W_q", d)
+    square(weights["W_o"].shape, "W_o", d)
+    d_k = heads(d, n_heads)
+    kv_heads(n_heads, n_kv_heads)
+    width_kv = n_kv_heads * d_k
+    for name in ("W_k", "W_v"):
+        if weights[name].shape != (d, width_kv):
+            raise ValueError(
+                f"{name} must be (d_model, n_kv_heads * d_k) = ({d}, {width_kv}), got "
+                f"{weights[name].shape}"
+            )
+    given = [name for name, b in biases.items() if b is not None]
+    if given and len(given) != len(biases):
+        missing = [name for name in biases if name not in given]
+        raise ValueError(
+            f"GQAParams takes all four biases or none, got {', '.join(given)} without "
+            f"{', '.join(missing)}: pass zeros for a bias the layer does not have "
+            "(a zero bias is the same as no bias)"
+        )
+    biases = {name: None if b is None else real_array(b, name) for name, b in biases.items()}
+    for name, b in biases.items():
+        size = width_kv if name in ("b_k", "b_v") else d
+        if b is not None and b.shape != (size,):
+            raise ValueError(f"{name} must have shape ({size},), got {b.shape}")
+    return weights, biases
+
+
+def gqa_params(p):
+    """``p`` is a GQAParams whose weights and biases hold no NaN or inf (see :func:`params`)."""
+    from .kv_cache import GQAParams
+
+    if not isinstance(p, GQAParams):
+        raise ValueError(
+            f"params must be a GQAParams (see lib.kv_cache.gqa_from_mha and init_gqa_params), "
+            f"got {type(p).__name__}"
+        )
+    arrays = [p.W_q, p.W_k, p.W_v, p.W_o]
+    if p.b_q is not None:
+        arrays += [p.b_q, p.b_k, p.b_v, p.b_o]
+    if not _finite_together(arrays):
+        for name, a in zip(PARAM_NAMES, arrays, strict=False):
+            finite(a, f"params.{name}")
+    return p
+
+
+def decoder_input(x, batch: int, d_model: int) -> tuple[np.ndarray, bool]:
+    """New tokens for a decoder: real, (batch, t, d_model) or (t, d_model) when batch is 1,
+    finite; returned with a batch axis, and whether it came without one."""
+    x = real_array(x, "x_new")
+    shape = x.shape
+    layouts = f"(batch, t, d_model) = ({batch}, t, {d_model})" + (
+        f" or (t, d_model) = (t, {d_model})" if batch == 1 else ""
+    )
+    if x.ndim not in ((2, 3) if batch == 1 else (3,)):
+        raise ValueError(f"x_new must be {layouts}, got shape {shape}")
+    unbatched = x.ndim == 2
+    if unbatched:
+        x = x[None]
+    if x.shape[0] != batch or x.shape[2] != d_model:
+        raise ValueError(f"x_new must be {layouts}, got shape {shape}")
+    finite(x, "x_new")
+    return x, unbatched
+
+
+def cache_room(length: int, t: int, max_len: int) -> None:
+    """t more tokens fit in a cache of max_len that holds ``length``."""
+    if length + t > max_len:
+        raise ValueError(
+            f"the KV cache holds at most max_len={max_len} tokens and has {length}: {t} more "
+            "do not fit (build the Decoder with a larger max_len, or reset() it)"
+        )

@@ -19,6 +19,7 @@ import pytest
 from lib import attention as A
 from lib import backprop as B
 from lib import blockwise as BW
+from lib import kv_cache as KV
 from lib import lists as L
 from lib import tiny as T
 
@@ -182,10 +183,28 @@ FORWARD_RULES = [
 ]  # fmt: skip
 
 
+def as_gqa(p):
+    """The same layer as a GQAParams with one query head per key/value head (the same
+    arrays, unchecked, so that the forward's own checks are the ones tested)."""
+    if not isinstance(p, A.MHAParams):
+        return p
+    return KV.GQAParams(p.W_q, p.W_k, p.W_v, p.W_o, p.n_heads, p.n_heads,
+                        p.b_q, p.b_k, p.b_v, p.b_o)  # fmt: skip
+
+
+def gqa_forward(x_q, x_kv, p, mask):
+    return KV.gqa_attention(x_q, x_kv, as_gqa(p), mask)
+
+
 def forward_rows():
     for name, forward in FORWARDS.items():
         for rule, args, error, fragments in FORWARD_RULES:
             yield Row(name, rule, lambda f=forward, a=args: f(*a()), error, fragments)
+    for rule, args, error, fragments in FORWARD_RULES:  # the grouped-query forward
+        if rule == "params not an MHAParams":
+            fragments = ("params must be a GQAParams", "got dict")
+        yield Row("kv_cache.gqa_attention", rule, lambda a=args: gqa_forward(*a()), error,
+                  fragments)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the rest
@@ -256,6 +275,32 @@ def finite_result(fn):
     if not np.isfinite(out).all():
         raise AssertionError("the output is not finite")
     return out
+
+
+def gqa(bias=True, dtype=np.float64, **changes) -> KV.GQAParams:
+    p = KV.init_gqa_params(8, 4, 2, rng(), bias=bias, dtype=dtype)
+    return dataclasses.replace(p, **changes) if changes else p
+
+
+def decoder(p=None, **kw):
+    return KV.Decoder(gqa() if p is None else p, **kw)
+
+
+def stepped(dec, *xs):
+    """Run a decoder on each input in turn; returns the last output."""
+    out = None
+    for a in xs:
+        out = dec(a)
+    return out
+
+
+def huge_value_decoder():
+    """float32 W_v = 1e37: every value is about 1e37, finite; the output, W_o's weighted
+    sums of them, overflows."""
+    p = gqa(bias=False, dtype=np.float32)
+    p.W_v[:] = 1e37
+    p.W_o[:] = 1e3
+    return decoder(p)
 
 
 E = ValueError
@@ -569,6 +614,105 @@ OTHER_ROWS = [
         lambda: finite_result(lambda: BW.online_softmax_attention(
             np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), huge((3, 2), 3e38))),
         None),
+    # kv_cache: grouped-query parameters
+    Row("kv_cache.GQAParams", "kv heads do not divide the heads",
+        lambda: KV.GQAParams(W4(), np.ones((4, 3)), np.ones((4, 3)), W4(), 4, 3), E,
+        ("n_kv_heads=3 does not divide n_heads=4", "valid key/value head counts for n_heads=4 "
+         "are [1, 2, 4]")),
+    Row("kv_cache.GQAParams", "bool kv head count",
+        lambda: KV.GQAParams(W4(), np.ones((4, 1)), np.ones((4, 1)), W4(), 4, True), E,
+        ("n_kv_heads must be an integer >= 1, got True (bool)",)),
+    Row("kv_cache.GQAParams", "W_k of the wrong width",
+        lambda: KV.GQAParams(W4(), W4(), np.ones((4, 2)), W4(), 4, 2), E,
+        ("W_k must be (d_model, n_kv_heads * d_k) = (4, 2), got (4, 4)",)),
+    Row("kv_cache.GQAParams", "W_q not square",
+        lambda: KV.GQAParams(np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)), W4(), 4, 2), E,
+        ("W_q must be (d_model, d_model) = (4, 4), got (4, 2)",)),
+    Row("kv_cache.GQAParams", "some biases missing",
+        lambda: dataclasses.replace(gqa(), b_v=None), E,
+        ("GQAParams takes all four biases or none, got b_q, b_k, b_o without b_v",)),
+    Row("kv_cache.GQAParams", "b_k of the query width",
+        lambda: dataclasses.replace(gqa(), b_k=np.zeros(8)), E,
+        ("b_k must have shape (4,), got (8,)",)),
+    Row("kv_cache.GQAParams", "strings", lambda: dataclasses.replace(gqa(), W_o=[["a"] * 8] * 8),
+        E, ("W_o must hold real numbers",)),
+    Row("kv_cache.init_gqa_params", "indivisible",
+        lambda: KV.init_gqa_params(8, 4, 3, rng()), E, ("n_kv_heads=3 does not divide",)),
+    Row("kv_cache.init_gqa_params", "heads do not divide d_model",
+        lambda: KV.init_gqa_params(6, 4, 2, rng()), E, ("d_model=6 is not divisible",)),
+    Row("kv_cache.init_gqa_params", "float d_model",
+        lambda: KV.init_gqa_params(8.0, 4, 2, rng()), E,
+        ("d_model must be an integer >= 1, got 8.0 (float)",)),
+    Row("kv_cache.init_gqa_params", "float head count",
+        lambda: KV.init_gqa_params(8, 2.5, 1, rng()), E,
+        ("n_heads must be an integer >= 1, got 2.5 (float)",)),
+    Row("kv_cache.init_gqa_params", "float kv head count",
+        lambda: KV.init_gqa_params(8, 4, 2.0, rng()), E,
+        ("n_kv_heads must be an integer >= 1, got 2.0 (float)",)),
+    Row("kv_cache.init_gqa_params", "integer dtype",
+        lambda: KV.init_gqa_params(8, 4, 2, rng(), dtype=int), E,
+        ("dtype must be a floating-point dtype",)),
+    Row("kv_cache.gqa_from_mha", "params not an MHAParams",
+        lambda: KV.gqa_from_mha(gqa(), 2), E, ("params must be an MHAParams",)),
+    Row("kv_cache.gqa_from_mha", "NaN in a weight",
+        lambda: KV.gqa_from_mha(with_value("W_k", (3, 3)), 1), E,
+        ("params.W_k contains NaN or inf (first at index (3, 3)",)),
+    Row("kv_cache.gqa_from_mha", "indivisible", lambda: KV.gqa_from_mha(params(), 3), E,
+        ("n_kv_heads=3 does not divide n_heads=2",)),
+    Row("kv_cache.cache_bytes_per_token", "no layers",
+        lambda: KV.cache_bytes_per_token(0, 8, 128), E, ("n_layers must be an integer >= 1",)),
+    Row("kv_cache.cache_bytes_per_token", "bool kv heads",
+        lambda: KV.cache_bytes_per_token(32, True, 128), E,
+        ("n_kv_heads must be an integer >= 1, got True (bool)",)),
+    Row("kv_cache.cache_bytes_per_token", "no bytes",
+        lambda: KV.cache_bytes_per_token(32, 8, 128, 0), E,
+        ("bytes_per_number must be an integer >= 1, got 0",)),
+    Row("kv_cache.cache_bytes_per_token", "float d_k",
+        lambda: KV.cache_bytes_per_token(32, 8, 128.0), E, ("d_k must be an integer >= 1",)),
+    # kv_cache: decoding
+    Row("kv_cache.Decoder", "params of another kind", lambda: KV.Decoder({"W_q": 1}), E,
+        ("params must be a GQAParams", "got dict")),
+    Row("kv_cache.Decoder", "NaN in a weight (GQA)",
+        lambda: KV.Decoder((lambda p: (p.W_v.__setitem__((1, 1), np.nan), p)[1])(gqa())), E,
+        ("params.W_v contains NaN or inf (first at index (1, 1)",)),
+    Row("kv_cache.Decoder", "NaN in a weight (MHA)",
+        lambda: KV.Decoder(with_value("b_k", 2)), E,
+        ("params.b_k contains NaN or inf (first at index (2,)",)),
+    Row("kv_cache.Decoder", "no room", lambda: decoder(max_len=0), E,
+        ("max_len must be an integer >= 1, got 0",)),
+    Row("kv_cache.Decoder", "float batch", lambda: decoder(batch=2.0), E,
+        ("batch must be an integer >= 1, got 2.0 (float)",)),
+    Row("kv_cache.Decoder.__call__", "NaN in x_new",
+        lambda: decoder()(x((1, 2, 8), at=(0, 1, 5))), E,
+        ("x_new contains NaN or inf (first at index (0, 1, 5), shape (1, 2, 8))",)),
+    Row("kv_cache.Decoder.__call__", "d_model differs",
+        lambda: decoder()(np.ones((1, 6))), E,
+        ("x_new must be (batch, t, d_model) = (1, t, 8) or (t, d_model) = (t, 8), got shape "
+         "(1, 6)",)),
+    Row("kv_cache.Decoder.__call__", "batch differs",
+        lambda: decoder(batch=2)(np.ones((3, 1, 8))), E,
+        ("x_new must be (batch, t, d_model) = (2, t, 8), got shape (3, 1, 8)",)),
+    Row("kv_cache.Decoder.__call__", "booleans", lambda: decoder()(np.ones((1, 8), bool)), E,
+        ("x_new must hold real numbers, got booleans",)),
+    Row("kv_cache.Decoder.__call__", "the cache is full",
+        lambda: stepped(decoder(max_len=3), np.ones((2, 8)), np.ones((2, 8))), E,
+        ("the KV cache holds at most max_len=3 tokens and has 2: 2 more do not fit",)),
+    Row("kv_cache.Decoder.__call__", "queries overflow",
+        lambda: decoder(gqa(dtype=np.float32, W_q=huge((8, 8), 1e30)))(huge((1, 8), 1e30)), E,
+        ("the queries x_new @ W_q + b_q overflow float32", "|W_q| = 1e+30")),
+    Row("kv_cache.Decoder.__call__", "values overflow",
+        lambda: decoder(gqa(dtype=np.float32, bias=False, W_v=huge((8, 4), 1e30)))(
+            huge((1, 8), 1e30)), E, ("the values x_new @ W_v overflow float32",)),
+    Row("kv_cache.Decoder.__call__", "scores overflow",
+        lambda: decoder(gqa(dtype=np.float32, bias=False, W_q=huge((8, 8), 1e19),
+                            W_k=huge((8, 4), 1e19)))(np.ones((1, 8), np.float32)), E,
+        ("the scores q k^T / sqrt(d_k) overflow float32",)),
+    Row("kv_cache.Decoder.__call__", "output overflows",
+        lambda: huge_value_decoder()(np.ones((1, 8), np.float32)), E,
+        ("the output", "overflow float32", "|W_o| = 1e+03")),
+    Row("kv_cache.Decoder.__call__", "a prompt, then a token, as lists",
+        lambda: stepped(decoder(), np.ones((3, 8)).tolist(), [[0.5] * 8]), None),
+    Row("kv_cache.Decoder.__call__", "no new token", lambda: decoder()(np.ones((0, 8))), None),
     # torch_bridge
     Row("torch_bridge.pack_in_proj", "params not an MHAParams",
         lambda: tb().pack_in_proj({"W_q": 1}), E, ("params must be an MHAParams",)),
@@ -607,7 +751,9 @@ def test_every_public_forward_and_rule_is_in_the_table():
         "softmax", "lists.attention", "lists.multi_head_attention", "tiny.TinyModel.forward",
         "tiny.TinyModel.backward", "torch_bridge.to_torch_mha", "torch_bridge.from_torch_mha",
         "torch_bridge.pack_in_proj", "torch_bridge.to_torch_attn_mask", "MHAParams",
-        "blockwise.attention", "blockwise.online_softmax_attention",
+        "blockwise.attention", "blockwise.online_softmax_attention", "kv_cache.GQAParams",
+        "kv_cache.init_gqa_params", "kv_cache.gqa_from_mha", "kv_cache.gqa_attention",
+        "kv_cache.Decoder", "kv_cache.Decoder.__call__", "kv_cache.cache_bytes_per_token",
     ):  # fmt: skip
         assert name in functions, name
     assert len({row.id for row in ROWS}) == len(ROWS)

@@ -29,7 +29,8 @@ from test_bad_inputs import ROWS, failure
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 MODULES = (
-    "lib.attention", "lib.blockwise", "lib.backprop", "lib.tiny", "lib.lists", "lib.torch_bridge",
+    "lib.attention", "lib.blockwise", "lib.kv_cache", "lib.backprop", "lib.tiny", "lib.lists",
+    "lib.torch_bridge",
 )  # fmt: skip
 ALIASES = {"V", "V_"}  # how the modules import lib._validate
 # Functions of lib._validate that are not checks: computations, message text, and the
@@ -55,6 +56,11 @@ UNCHECKED = {
     "param_fields": lambda weights, biases, n_heads: (weights, biases),
     "head_mask": _head_mask,
     "leading_axes": lambda shapes: np.broadcast_shapes(*(s[:-2] for s in shapes.values())),
+    "kv_heads": lambda n_heads, n_kv_heads: n_heads // n_kv_heads,
+    "gqa_param_fields": lambda weights, biases, n_heads, n_kv_heads: (weights, biases),
+    "decoder_input": lambda x, batch, d_model: (
+        (np.asarray(x)[None], True) if np.ndim(x) == 2 else (np.asarray(x), False)
+    ),
 }
 
 
@@ -185,6 +191,7 @@ MODULE_ROWS = {  # the rows most likely to notice a deletion in each module come
     "lib.attention": ("multi_head", "scaled_dot", "softmax", "causal", "padding", "split",
                       "merge", "valid", "MHAParams", "init_mha"),
     "lib.blockwise": ("multi_head", "blockwise."),
+    "lib.kv_cache": ("kv_cache.",),
     "lib.backprop": ("backprop.",),
     "lib.tiny": ("tiny.",),
     "lib.lists": ("lists.",),

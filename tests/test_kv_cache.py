@@ -1,0 +1,261 @@
+"""Grouped-query attention and decoding with a KV cache (lib.kv_cache, notebook 10), against
+lib's multi-head attention and against PyTorch: SDPA with ``enable_gqa=True``, the same with
+the key/value heads repeat_interleave'd, and a torch decoder that concatenates its own
+cache. float64 within 1e-10, float32 within 1e-5."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.nn import functional as F
+
+from lib import attention as A
+from lib import kv_cache as KV
+
+seeds = st.integers(min_value=0, max_value=2**32 - 1)
+TOL = {np.float64: 1e-10, np.float32: 1e-5}
+
+
+def t(a):
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+@st.composite
+def cases(draw):
+    n_kv = draw(st.sampled_from([1, 2, 3]))
+    return dict(
+        batch=draw(st.integers(1, 3)),
+        n_kv=n_kv,
+        group=draw(st.sampled_from([1, 2, 4])),
+        d_k=draw(st.integers(1, 4)),
+        n_q=draw(st.integers(1, 7)),
+        n_k=draw(st.integers(1, 7)),
+        self_attention=draw(st.booleans()),
+        bias=draw(st.booleans()),
+        mask=draw(st.sampled_from(["none", "causal", "padding", "per-head"])),
+        dtype=draw(st.sampled_from([np.float64, np.float32])),
+        seed=draw(seeds),
+    )
+
+
+def build(c):
+    rng = np.random.default_rng(c["seed"])
+    h = c["n_kv"] * c["group"]
+    d = h * c["d_k"]
+    n_q = c["n_q"]
+    n_k = n_q if c["self_attention"] else c["n_k"]
+    params = KV.init_gqa_params(d, h, c["n_kv"], rng, bias=c["bias"], dtype=c["dtype"])
+    x_q = rng.normal(size=(c["batch"], n_q, d)).astype(c["dtype"])
+    x_kv = x_q if c["self_attention"] else rng.normal(size=(c["batch"], n_k, d)).astype(c["dtype"])
+    mask = {
+        "none": lambda: None,
+        "causal": lambda: A.causal_mask(n_q, n_k),
+        "padding": lambda: A.padding_mask(rng.integers(1, n_k + 1, size=c["batch"]), n_k),
+        "per-head": lambda: rng.random((c["batch"], h, n_q, n_k)) < 0.7,
+    }[c["mask"]]()
+    if mask is not None:  # torch gives NaN to a query with nothing to attend to
+        mask = np.broadcast_to(mask, (c["batch"], h, n_q, n_k)).copy()
+        mask[..., 0] = True
+    return params, x_q, x_kv, mask
+
+
+def torch_gqa(params: KV.GQAParams, x_q, x_kv, mask, repeat: bool):
+    """The layer in torch: projections, then SDPA with enable_gqa=True, or with the
+    key/value heads repeat_interleave'd to one per query head."""
+    b, n_q, d = x_q.shape
+    h, kv, d_k = params.n_heads, params.n_kv_heads, params.d_k
+
+    def heads(x, W, bias, n_heads):
+        y = t(x) @ t(W) + (0 if bias is None else t(bias))
+        return y.view(b, -1, n_heads, d_k).transpose(1, 2)
+
+    q = heads(x_q, params.W_q, params.b_q, h)
+    k = heads(x_kv, params.W_k, params.b_k, kv)
+    v = heads(x_kv, params.W_v, params.b_v, kv)
+    attn_mask = None if mask is None else t(mask)
+    if repeat:
+        k, v = (a.repeat_interleave(params.group, dim=1) for a in (k, v))
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    else:
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=True)
+    out = o.transpose(1, 2).reshape(b, n_q, d) @ t(params.W_o)
+    return (out + (0 if params.b_o is None else t(params.b_o))).numpy()
+
+
+@settings(max_examples=60)
+@given(cases())
+def test_gqa_matches_torch_and_the_same_layer_as_multi_head(c):
+    params, x_q, x_kv, mask = build(c)
+    out, weights = KV.gqa_attention(x_q, x_kv, params, mask)
+    out_only, none = KV.gqa_attention(x_q, x_kv, params, mask, need_weights=False)
+    tol = TOL[c["dtype"]]
+    assert out.dtype == weights.dtype == c["dtype"] and none is None
+    assert weights.shape == (c["batch"], params.n_heads, x_q.shape[1], x_kv.shape[1])
+    for repeat in (False, True):
+        want = torch_gqa(params, x_q, x_kv, mask, repeat)
+        np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
+        np.testing.assert_allclose(out_only, want, rtol=tol, atol=tol)
+    mha_out, mha_w = A.multi_head_attention(x_q, x_kv, params.as_mha(), mask)
+    np.testing.assert_allclose(out, mha_out, rtol=tol, atol=tol)
+    np.testing.assert_allclose(weights, mha_w, rtol=tol, atol=tol)
+    # query head i reads key/value head i // group: heads of one group see the same keys
+    per_head = A.multi_head_attention_per_head(x_q, x_kv, params.as_mha(), mask)[1]
+    np.testing.assert_allclose(weights, per_head, rtol=tol, atol=tol)
+
+
+def test_query_heads_of_a_group_share_their_key_value_head():
+    """Zero the values of key/value head 1: with 4 query heads and 2 key/value heads, query
+    heads 2 and 3 then output 0 and heads 0 and 1 do not: repeat_interleave's order, not
+    repeat's (which would pair query heads 0, 2 with kv head 0 and 1, 3 with kv head 1)."""
+    rng = np.random.default_rng(3)
+    p = KV.init_gqa_params(8, 4, 2, rng)
+    x = rng.normal(size=(1, 5, 8))
+    zeroed = dataclasses.replace(p, W_v=np.where(np.arange(4) < 2, 1.0, 0.0) * p.W_v)
+    heads = KV.gqa_attention(x, x, dataclasses.replace(zeroed, W_o=np.eye(8)))[0]
+    assert np.abs(heads[..., :4]).min() > 0  # query heads 0, 1: key/value head 0
+    np.testing.assert_array_equal(heads[..., 4:], 0.0)  # query heads 2, 3: kv head 1, zeroed
+    expanded = zeroed.as_mha()
+    np.testing.assert_array_equal(expanded.W_v[:, 2:4], zeroed.W_v[:, 0:2])  # head 1: kv 0
+    np.testing.assert_array_equal(expanded.W_v[:, 4:6], zeroed.W_v[:, 2:4])  # head 2: kv 1
+    np.testing.assert_array_equal(expanded.W_v[:, 4:], 0.0)
+
+
+def test_mean_pooling_a_trained_layer():
+    rng = np.random.default_rng(4)
+    p = A.init_mha_params(12, 6, rng, bias=True)
+    same = KV.gqa_from_mha(p, 6)
+    x = rng.normal(size=(2, 4, 12))
+    np.testing.assert_allclose(KV.gqa_attention(x, x, same)[0], A.multi_head_attention(x, x, p)[0])
+    g = KV.gqa_from_mha(p, 2)  # groups of three heads: 0-2 and 3-5
+    assert (g.n_heads, g.n_kv_heads, g.group) == (6, 2, 3)
+    np.testing.assert_allclose(g.W_k[:, :2], p.W_k[:, :6].reshape(12, 3, 2).mean(axis=1))
+    np.testing.assert_allclose(g.b_v[2:], p.b_v[6:].reshape(3, 2).mean(axis=0))
+    assert g.W_q is p.W_q and g.W_o is p.W_o
+    mqa = KV.gqa_from_mha(p, 1)
+    np.testing.assert_allclose(mqa.W_v, p.W_v.reshape(12, 6, 2).mean(axis=1))
+
+
+def test_parameter_and_cache_counts():
+    rng = np.random.default_rng(5)
+    d, h = 16, 8
+    for kv in (8, 4, 1):
+        for bias in (False, True):
+            p = KV.init_gqa_params(d, h, kv, rng, bias=bias)
+            width = kv * (d // h)
+            assert KV.count_params(p) == 2 * d * d + 2 * d * width + bias * (2 * d + 2 * width)
+    assert KV.count_params(A.init_mha_params(d, h, rng, bias=True)) == 4 * d * d + 4 * d
+    # Llama 3.1 8B: 32 layers, 8 key/value heads of 128, bfloat16: 128 KiB per token
+    assert KV.cache_bytes_per_token(32, 8, 128, 2) == 128 * 1024
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+class TorchDecoder:
+    """A decoder in torch that keeps its own cache by concatenation (torch.cat)."""
+
+    def __init__(self, params: KV.GQAParams):
+        self.p, self.k, self.v = params, None, None
+
+    def __call__(self, x):
+        p = self.p
+        b, n, d = x.shape
+
+        def heads(W, bias, count):
+            y = t(x) @ t(W) + (0 if bias is None else t(bias))
+            return y.view(b, n, count, p.d_k).transpose(1, 2)
+
+        q = heads(p.W_q, p.b_q, p.n_heads)
+        k, v = heads(p.W_k, p.b_k, p.n_kv_heads), heads(p.W_v, p.b_v, p.n_kv_heads)
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        mask = t(A.causal_mask(n, self.k.shape[2]))  # the new queries are the last n
+        o = F.scaled_dot_product_attention(q, self.k, self.v, attn_mask=mask, enable_gqa=True)
+        out = o.transpose(1, 2).reshape(b, n, d) @ t(p.W_o)
+        return (out + (0 if p.b_o is None else t(p.b_o))).numpy()
+
+
+@settings(max_examples=40)
+@given(
+    st.integers(1, 2),
+    st.sampled_from([(2, 2), (4, 2), (4, 1), (3, 3)]),
+    st.integers(1, 3),
+    st.lists(st.integers(0, 4), min_size=1, max_size=5),  # tokens added per call
+    st.booleans(),
+    st.sampled_from([np.float64, np.float32]),
+    seeds,
+)
+def test_decoding_with_a_cache_equals_recomputing_and_torch(
+    batch, heads, d_k, steps, bias, dtype, seed
+):
+    h, kv = heads
+    rng = np.random.default_rng(seed)
+    d = h * d_k
+    params = KV.init_gqa_params(d, h, kv, rng, bias=bias, dtype=dtype)
+    n = sum(steps)
+    x = rng.normal(size=(batch, n, d)).astype(dtype)
+    decoder, reference = KV.Decoder(params, batch=batch, max_len=max(n, 1)), TorchDecoder(params)
+    outs = []
+    start = 0
+    for step in steps:
+        got = decoder(x[:, start : start + step])
+        assert got.shape == (batch, step, d) and got.dtype == dtype
+        if step:
+            tol = TOL[dtype]
+            np.testing.assert_allclose(
+                got, reference(x[:, start : start + step]), rtol=tol, atol=tol
+            )
+        outs.append(got)
+        start += step
+    assert decoder.length == n and decoder.keys.shape == (batch, kv, n, d_k)
+    want = KV.gqa_attention(x, x, params, A.causal_mask(n))[0]
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), want, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_a_multi_head_layer_decodes_as_its_own_forward():
+    rng = np.random.default_rng(6)
+    p = A.init_mha_params(16, 4, rng, bias=True)
+    x = rng.normal(size=(16, 16))
+    decoder = KV.Decoder(p, max_len=16)
+    prompt = decoder(x[:10])
+    steps = [decoder(x[i : i + 1]) for i in range(10, 16)]
+    got = np.concatenate([prompt, *steps])
+    np.testing.assert_allclose(
+        got, A.multi_head_attention(x, x, p, A.causal_mask(16))[0], atol=1e-12
+    )
+    assert decoder.cache_bytes == 2 * 16 * 16 * 8  # keys and values: 16 tokens x d = 16, float64
+    decoder.reset()
+    assert decoder.length == 0 and decoder.cache_bytes == 0
+    np.testing.assert_allclose(decoder(x[:10]), prompt)
+
+
+def test_a_failed_step_leaves_the_cache_as_it_was():
+    rng = np.random.default_rng(7)
+    p = KV.init_gqa_params(8, 4, 2, rng, dtype=np.float32)
+    decoder = KV.Decoder(p, max_len=4)
+    decoder(np.ones((2, 8), np.float32))
+    keys = decoder.keys.copy()
+    with pytest.raises(ValueError, match="x_new contains NaN"):
+        decoder(np.full((1, 8), np.nan, np.float32))
+    with pytest.raises(ValueError, match="overflow float32"):
+        decoder(np.full((1, 8), 3e38, np.float32))
+    with pytest.raises(ValueError, match="has 2: 3 more do not fit"):
+        decoder(np.ones((3, 8), np.float32))
+    assert decoder.length == 2
+    np.testing.assert_array_equal(decoder.keys, keys)
+    decoder(np.ones((2, 8), np.float32))
+    assert decoder.length == 4
+
+
+def test_the_decoder_keeps_its_own_copy_of_the_weights():
+    rng = np.random.default_rng(8)
+    p = KV.init_gqa_params(8, 2, 1, rng)
+    decoder = KV.Decoder(p)
+    x = rng.normal(size=(3, 8))
+    before = decoder(x)
+    p.W_q[:] = np.nan  # changed in place after the decoder was built
+    decoder.reset()
+    np.testing.assert_array_equal(decoder(x), before)
