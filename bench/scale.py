@@ -1,0 +1,277 @@
+"""The "scale" section of `make bench`: the performance bars of notebook 10 (issue 18).
+
+- causal attention: lib's blocked kernel (lib.blockwise.attention, causal=True) against
+  torch's F.scaled_dot_product_attention(is_causal=True), and against itself with skipping
+  turned off, on the attention core (q, k, v) of two long-sequence shapes, float32;
+- memory: NumPy's peak allocation (tracemalloc) of exact attention at n = 16384, d = 64, one
+  head, as a share of one n x n float32 buffer, and the time against the plain
+  (unblocked) form at the largest n whose n x n buffers fit in the memory available;
+- decoding: a 512-token prompt, then 512 tokens one at a time, d = 512, 8 heads, float32:
+  lib's Decoder (preallocated cache) against a torch layer that keeps its cache by
+  concatenation (SDPA), per generated token; and the cache's speed-up over recomputing the
+  whole causal forward for every token.
+
+The bar on per-head weights (lib+w <= mha+w) is checked by the torch section.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tracemalloc
+
+import numpy as np
+from timing import fmt_time, interleaved_times, median_ratio, spread
+
+from lib import attention as A
+from lib import blockwise as BW
+from lib import kv_cache as KV
+
+CAUSAL_SHAPES = [(2, 4096, 512, 8), (1, 8192, 512, 8)]  # (batch, n, d_model, heads)
+MEMORY_N, MEMORY_D = 16384, 64
+DECODE = dict(prompt=512, new=512, d_model=512, heads=8)
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (2 cores)"
+
+
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def qkv(batch, n, d_model, heads, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (batch, heads, n, d_model // heads)
+    return tuple(rng.normal(size=shape).astype(dtype) for _ in range(3))
+
+
+def bench_causal(reps: int, bars: list) -> None:
+    import torch
+    from torch.nn import functional as F
+
+    print("\n-- causal attention core, float32: q, k, v of (batch, heads, n, d_k) --")
+    print("lib       BW.attention(q, k, v, causal=True): blocks of query rows skip the keys")
+    print("          after the last one their rows may attend to")
+    print("lib noskip  the same with skip_masked_blocks=False (every key computed, then masked)")
+    print("sdpa      F.scaled_dot_product_attention(q, k, v, is_causal=True)")
+    print(
+        f"{'batch':>5} {'n':>5} {'d':>4} {'h':>2} | {'lib':>10} {'lib noskip':>10} {'sdpa':>10} "
+        f"| {'lib/sdpa':>8} {'lib/noskip':>10} {'spread':>6}"
+    )
+    for batch, n, d, h in CAUSAL_SHAPES:
+        q, k, v = qkv(batch, n, d, h)
+        tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+        want = BW.attention(q, k, v, causal=True)
+        with torch.inference_mode():
+            got = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True).numpy()
+        if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
+            raise AssertionError(f"SDPA and lib disagree at {batch, n, d, h}")
+
+        def sdpa(tq=tq, tk=tk, tv=tv):
+            with torch.inference_mode():
+                return F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+
+        contenders = {
+            "lib": lambda q=q, k=k, v=v: BW.attention(q, k, v, causal=True),
+            "noskip": lambda q=q, k=k, v=v: BW.attention(
+                q, k, v, causal=True, skip_masked_blocks=False
+            ),
+            "sdpa": sdpa,
+        }
+        t = interleaved_times(contenders, reps=max(6, reps // (n // 1024)))
+        med = {name: statistics.median(ts) for name, ts in t.items()}
+        r_sdpa, r_skip = median_ratio(t, "lib", "sdpa"), median_ratio(t, "lib", "noskip")
+        noise = max(spread(ts) for ts in t.values())
+        print(
+            f"{batch:5d} {n:5d} {d:4d} {h:2d} | {fmt_time(med['lib'])} {fmt_time(med['noskip'])} "
+            f"{fmt_time(med['sdpa'])} | {r_sdpa:7.2f}x {r_skip:9.2f}x {noise:6.0%}"
+        )
+        where = f"causal {(batch, n, d, h)}"
+        bars.append((f"{where}: lib / sdpa(is_causal)", r_sdpa, 1.0))
+        bars.append((f"{where}: lib / lib without skipping", r_skip, 0.6))
+
+
+def peak_bytes(fn) -> int:
+    """NumPy's peak allocation while fn runs (tracemalloc sees NumPy's buffers)."""
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def bench_memory(reps: int, bars: list) -> None:
+    n, d = MEMORY_N, MEMORY_D
+    print(f"\n-- exact attention at n = {n}, d = {d}, one head, float32 --")
+    q, k, v = (a[0, 0] for a in qkv(1, n, d, 1))
+    buffer = n * n * 4  # one n x n float32 matrix
+    inputs_and_output = 4 * n * d * 4
+    for causal in (False, True):
+        extra = peak_bytes(lambda c=causal: BW.attention(q, k, v, causal=c)) - n * d * 4
+        share = extra / buffer
+        print(
+            f"lib {'causal' if causal else 'full  '}: peak NumPy allocation beyond the output "
+            f"{extra / 2**20:6.1f} MiB = {share:.2%} of one n x n float32 buffer "
+            f"({buffer / 2**30:.0f} GiB)"
+        )
+        bars.append(
+            (f"memory n={n}{' causal' if causal else ''}: extra / n x n buffer", share, 0.05)
+        )
+    # The plain form holds the n x n scores (and, briefly, a temporary of their size).
+    avail = available_bytes()
+    m = n
+    while avail is not None and 3 * m * m * 4 + inputs_and_output > 0.5 * avail and m > 1024:
+        m //= 2
+    where = "" if avail is None else f" ({avail / 2**30:.1f} GiB available)"
+    print(f"time against the plain form at n = {m}, the largest that fits{where}:")
+    if m != n:
+        q, k, v = (a[:m] for a in (q, k, v))
+    plain_peak = peak_bytes(lambda: A.scaled_dot_product_attention(q, k, v))
+    print(f"  plain form's peak NumPy allocation: {plain_peak / 2**20:.0f} MiB")
+    t = interleaved_times(
+        {
+            "lib": lambda: BW.attention(q, k, v),
+            "plain": lambda: A.scaled_dot_product_attention(q, k, v),
+        },
+        reps=max(3, reps // 7),
+    )
+    ratio = median_ratio(t, "lib", "plain")
+    print(
+        f"  lib {fmt_time(statistics.median(t['lib']))}, plain "
+        f"{fmt_time(statistics.median(t['plain']))}: lib / plain {ratio:.2f}x "
+        f"(spread {max(spread(ts) for ts in t.values()):.0%})"
+    )
+    bars.append((f"memory: time lib / plain at n={m}", ratio, 1.0))
+
+
+def torch_decoder(params: A.MHAParams):
+    """A torch layer that decodes with its own cache, grown by concatenation."""
+    import torch
+    from torch.nn import functional as F
+
+    d, h = params.d_model, params.n_heads
+    d_k = d // h
+    W = torch.from_numpy(np.concatenate([params.W_q, params.W_k, params.W_v], axis=1).T.copy())
+    W_o = torch.from_numpy(params.W_o.T.copy())
+
+    class Decoder:
+        def reset(self):
+            self.k = self.v = None
+
+        def __call__(self, x):
+            with torch.inference_mode():
+                b, t, _ = x.shape
+                qkv = F.linear(x, W).view(b, t, 3, h, d_k).permute(2, 0, 3, 1, 4)
+                q, k, v = qkv[0], qkv[1], qkv[2]
+                self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+                self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+                o = F.scaled_dot_product_attention(q, self.k, self.v, is_causal=t > 1)
+                return F.linear(o.transpose(1, 2).reshape(b, t, d), W_o)
+
+    decoder = Decoder()
+    decoder.reset()
+    return decoder
+
+
+def bench_decoding(reps: int, bars: list) -> None:
+    import torch
+
+    prompt, new, d, h = DECODE["prompt"], DECODE["new"], DECODE["d_model"], DECODE["heads"]
+    total = prompt + new
+    print(
+        f"\n-- decoding, float32, batch 1, d = {d}, {h} heads: a {prompt}-token prompt, then "
+        f"{new} tokens one at a time --"
+    )
+    print("lib    KV.Decoder: prefill, then one step per token into a preallocated cache")
+    print("torch  Linear + torch.cat onto its own cache + SDPA + Linear, per token")
+    rng = np.random.default_rng(0)
+    params = A.init_mha_params(d, h, rng, dtype=np.float32)
+    x = rng.normal(size=(1, total, d)).astype(np.float32)
+    xt = torch.from_numpy(x)
+    lib, ref = KV.Decoder(params, max_len=total), torch_decoder(params)
+    outs = {}
+
+    def run_lib():
+        lib.reset()
+        lib(x[:, :prompt])
+        outs["lib"] = [lib(x[:, i : i + 1]) for i in range(prompt, total)]
+
+    def run_torch():
+        ref.reset()
+        ref(xt[:, :prompt])
+        outs["torch"] = [ref(xt[:, i : i + 1]) for i in range(prompt, total)]
+
+    run_lib()
+    run_torch()
+    for a, b in zip(outs["lib"], outs["torch"], strict=True):
+        if not np.allclose(a, b.numpy(), rtol=1e-4, atol=1e-4):
+            raise AssertionError("lib's decoder and torch's disagree")
+    t = interleaved_times({"lib": run_lib, "torch": run_torch}, reps=max(5, reps // 2))
+    ratio = median_ratio(t, "lib", "torch")
+    per = {name: statistics.median(ts) / new for name, ts in t.items()}  # prefill included
+    print(
+        f"per generated token (prefill included, divided by {new}): lib {fmt_time(per['lib'])},"
+        f" torch {fmt_time(per['torch'])}: lib / torch {ratio:.2f}x "
+        f"(spread {max(spread(ts) for ts in t.values()):.0%})"
+    )
+    bars.append(("decoding: lib / torch per token", ratio, 1.2))
+
+    # Without a cache, each new token reruns the whole causal forward over the sequence.
+    print("the cache against recomputing the causal forward over all n tokens, per token:")
+    print(f"  {'n':>5} {'cached step':>12} {'recompute':>12} {'speed-up':>9}")
+    mask_of = {n: A.causal_mask(n) for n in (prompt + 1, total)}
+    for n in (prompt + 1, total):
+        xs = x[:, :n]
+
+        def step(n=n):
+            lib.length = n - 1  # the cache holds tokens 0 .. n-2 (filled by run_lib)
+            lib(x[:, n - 1 : n])
+
+        def recompute(xs=xs, n=n):
+            return A.multi_head_attention(xs, xs, params, mask_of[n], need_weights=False)
+
+        tt = interleaved_times({"step": step, "recompute": recompute}, reps=max(5, reps // 2))
+        speedup = median_ratio(tt, "recompute", "step")
+        print(
+            f"  {n:5d} {fmt_time(statistics.median(tt['step']))} "
+            f"{fmt_time(statistics.median(tt['recompute']))} {speedup:8.0f}x"
+        )
+
+
+def bench_scale(reps: int) -> list:
+    """Run the section; returns the bars as (name, measured ratio, bar)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    print("\n== Attention at scale (notebook 10): the performance bars of issue 18 ==")
+    print(
+        f"one thread for NumPy's BLAS and for torch {torch.__version__} "
+        f"({torch.backends.cpu.get_cpu_capability()}); ratios are medians over rounds of "
+        "time / time within one round"
+    )
+    print(f"before: {load()}")
+    bars: list = []
+    with threadpool_limits(limits=1):
+        bench_causal(reps, bars)
+        bench_memory(reps, bars)
+        bench_decoding(reps, bars)
+    print(f"\nafter: {load()}")
+    print("bars (measured ratio, bar):")
+    for name, ratio, bar in bars:
+        verdict = "met" if ratio <= bar else "MISSED"
+        shown = f"{ratio:.2%}" if name.startswith("memory n=") else f"{ratio:.2f}x"
+        limit = f"{bar:.0%}" if name.startswith("memory n=") else f"{bar:.1f}x"
+        print(f"  {verdict:6} {name}: {shown} (bar <= {limit})")
+    return bars
