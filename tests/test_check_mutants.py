@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import stub
+from test_checks_10 import NB10_MUTANTS
 from test_checks_robustness import REFERENCES
 from torch import nn
 
@@ -543,6 +544,7 @@ def load_with_bias_always(p):
     return m
 
 
+MUTANTS.update(NB10_MUTANTS)  # notebook 10's, written in test_checks_10.py
 CASES = [(name, label, fn, fragment) for name, ms in MUTANTS.items() for label, fn, fragment in ms]
 
 

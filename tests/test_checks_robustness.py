@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_checks_10 import NB10_REFERENCES
 
 from lib import attention as A
 from lib import checks, head_types, pruning, torch_bridge
@@ -87,6 +88,7 @@ REFERENCES = {
     "check_pack_in_proj": (checks.check_pack_in_proj, torch_bridge.pack_in_proj),
     "check_load_into_torch": (checks.check_load_into_torch, torch_bridge.to_torch_mha),
 }
+REFERENCES.update(NB10_REFERENCES)  # notebook 10's, with its own tests in test_checks_10.py
 # These exercises ask for torch objects (tensors, a module), so plain lists are rightly refused.
 TORCH_ANSWERS = {"check_torch_attn_mask", "check_pack_in_proj", "check_load_into_torch"}
 

@@ -9,7 +9,7 @@ mask the wrong way round, ...) the sentence names that mistake; otherwise it say
 property is broken (shape, rows not summing to 1, ...). Messages never contain the
 solution's code. In Jupyter a failed check shows as that one line, not a traceback.
 
-One module per notebook (``nb01_lists`` ... ``nb08_pytorch``), all built on ``_core``:
+One module per notebook (``nb01_lists`` ... ``nb10_scale``), all built on ``_core``:
 ``CheckFailed``, the call wrapper ``call`` and the mistake table ``diagnose``.
 """
 
@@ -26,6 +26,7 @@ from .nb07_pretrained import (
     check_target_score,
 )
 from .nb08_pytorch import check_load_into_torch, check_pack_in_proj, check_torch_attn_mask
+from .nb10_scale import check_decode_step, check_gqa_attention, check_online_softmax_update
 
 __all__ = [
     "CheckFailed",
@@ -36,12 +37,15 @@ __all__ = [
     "check_causal_mask_list",
     "check_coreference_accuracy",
     "check_cross_entropy_grad",
+    "check_decode_step",
     "check_entropy",
     "check_find_previous_token_head",
+    "check_gqa_attention",
     "check_gradient_importance",
     "check_head_similarity",
     "check_load_into_torch",
     "check_merge_heads",
+    "check_online_softmax_update",
     "check_pack_in_proj",
     "check_padding_mask",
     "check_param_count",

@@ -1,0 +1,357 @@
+"""Checks of notebook 10 (attention at scale): one step of the online softmax, one decoding
+step with a KV cache, and attention with grouped key/value heads."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import attention as A
+from .. import blockwise as BW
+from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed
+
+# --------------------------------------------------------------------------- online softmax
+
+
+def _online_states(rows: int, b: int, d_v: int, seed: int):
+    """(m, l, acc, scores, v) for three key blocks of one block of rows, each state the
+    right one after the blocks before: block 1 from the start (m = -inf); block 2 with a
+    larger maximum in some rows (the sums must be rescaled) and a smaller one in others;
+    block 3 with a row masked entirely in this block, after a row masked in every block so
+    far (its m is still -inf)."""
+    rng = np.random.default_rng(seed)
+    blocks = [rng.normal(scale=2.0, size=(rows, b)) for _ in range(3)]
+    blocks[0][0] = -np.inf  # row 0 sees nothing in block 1 ...
+    blocks[1][1] += 6.0  # row 1's maximum grows a lot in block 2
+    blocks[1][2] -= 6.0  # row 2's does not
+    blocks[2][rows - 1] = -np.inf  # the last row sees nothing in block 3
+    values = [rng.normal(size=(b, d_v)) for _ in range(3)]
+    m = np.full(rows, -np.inf)
+    l = np.zeros(rows)
+    acc = np.zeros((rows, d_v))
+    for s, v in zip(blocks, values, strict=True):
+        yield m, l, acc, s, v
+        m, l, acc = BW.online_softmax_update(m, l, acc, s, v)
+
+
+def _update_mistakes(m, l, acc, s, v):
+    """What realistic wrong updates return on these inputs: name -> (m, l, acc)."""
+    with np.errstate(all="ignore"):
+        m_new = np.maximum(m, s.max(axis=-1))
+        shift = np.where(np.isneginf(m_new), 0.0, m_new)
+        p = np.exp(s - shift[:, None])
+        alpha = np.exp(m - shift)
+        raw_p, raw_alpha = np.exp(s - m_new[:, None]), np.exp(m - m_new)  # NaN where all -inf
+        block_max = s.max(axis=-1)
+        block_shift = np.where(np.isneginf(block_max), 0.0, block_max)
+        pb = np.exp(s - block_shift[:, None])
+        alpha_b = np.exp(m - block_shift)
+        l_right = alpha * l + p.sum(axis=-1)
+        acc_right = alpha[:, None] * acc + p @ v
+        return {
+            "sum not rescaled": (m_new, l + p.sum(axis=-1), acc_right),
+            "output not rescaled": (m_new, l_right, acc + p @ v),
+            "nothing rescaled": (m_new, l + p.sum(axis=-1), acc + p @ v),
+            "factor inverted": (
+                m_new,
+                np.exp(shift - m) * l + p.sum(axis=-1),
+                np.exp(shift - m)[:, None] * acc + p @ v,
+            ),
+            "block max only": (
+                block_max,
+                alpha_b * l + pb.sum(axis=-1),
+                alpha_b[:, None] * acc + pb @ v,
+            ),
+            "normalised": (
+                m_new,
+                l_right,
+                acc_right / np.where(l_right > 0, l_right, 1.0)[:, None],
+            ),
+            "no guard": (
+                m_new,
+                raw_alpha * l + raw_p.sum(axis=-1),
+                raw_alpha[:, None] * acc + raw_p @ v,
+            ),
+        }
+
+
+def check_online_softmax_update(update_fn: Callable) -> None:
+    """Exercise (notebook 10): one key block of the online softmax for a block of rows:
+    (m, l, acc, scores, v) -> the new (m, l, acc)."""
+    name = "online_softmax_update"
+    for rows, b, d_v, seed in ((4, 5, 3, 10), (6, 3, 2, 11)):
+        for step, (m, l, acc, s, v) in enumerate(_online_states(rows, b, d_v, seed), start=1):
+            result = call(update_fn, name, m.copy(), l.copy(), acc.copy(), s.copy(), v.copy())
+            if not (isinstance(result, tuple | list) and len(result) == 3):
+                raise CheckFailed(
+                    f"{name} should return the three running quantities (m, l, acc), got "
+                    f"{type(result).__name__}."
+                )
+            got = [
+                as_array(r, name, what) for r, what in zip(result, ("m", "l", "acc"), strict=True)
+            ]
+            for arr, want, what in zip(got, (m, l, acc), ("m", "l", "acc"), strict=True):
+                expect_shape(arr, want.shape, name, f"{what} shaped like the {what} it was given")
+            expected = BW.online_softmax_update(m, l, acc, s, v)
+            if all(close(g, e, 1e-9, equal_nan=False) for g, e in zip(got, expected, strict=True)):
+                continue
+            _diagnose_update(name, step, got, expected, m, l, acc, s, v)
+    passed(
+        "online_softmax_update: the running max, sum and output rescaled by exp(m - m_new); "
+        "rows with nothing seen yet stay at 0."
+    )
+
+
+def _diagnose_update(name, step, got, expected, m, l, acc, s, v) -> None:
+    mistakes = _update_mistakes(m, l, acc, s, v)
+
+    def same(a, b):
+        return all(
+            np.asarray(x).shape == np.asarray(y).shape
+            and np.allclose(x, y, rtol=1e-9, atol=1e-9, equal_nan=True)
+            for x, y in zip(a, b, strict=True)
+        )
+
+    messages = {
+        "no guard": f"{name}: a row whose scores so far are all -inf (masked) gives NaN: "
+        "exp(-inf - (-inf)) is NaN; for such rows use 0 as the shift, so that their "
+        "exp(...) is 0.",
+        "sum not rescaled": f"{name}: you forgot to rescale the running sum: l was summed "
+        "relative to the old maximum, so multiply it by exp(m - m_new) before adding this "
+        "block's terms.",
+        "output not rescaled": f"{name}: you forgot to rescale the running output: acc was "
+        "summed relative to the old maximum, so multiply it by exp(m - m_new) before adding "
+        "this block's p @ v.",
+        "nothing rescaled": f"{name}: neither l nor acc is rescaled: when the maximum grows "
+        "from m to m_new, both sums so far must be multiplied by exp(m - m_new).",
+        "factor inverted": f"{name}: the rescaling factor is upside down: it is "
+        "exp(m - m_new) (at most 1), not exp(m_new - m).",
+        "block max only": f"{name}: m_new must be the maximum of the old m and this block's "
+        "scores, not of this block alone; otherwise the max can shrink and the sums are "
+        "rescaled the wrong way.",
+        "normalised": f"{name}: return the unnormalised running output; divide acc by l only "
+        "once, after the last block.",
+    }
+    # The NaN one first: its NaNs are its signature, and they make the others undefined.
+    order = ["no guard", "sum not rescaled", "output not rescaled", "nothing rescaled",
+             "factor inverted", "block max only", "normalised"]  # fmt: skip
+    diagnose(got, [(mistakes[key], messages[key]) for key in order], same=same)
+    if any(np.isnan(g).any() for g in got):
+        raise CheckFailed(
+            f"{name}: your result holds NaN (block {step}); a row whose scores are all -inf "
+            "must keep l = 0 and acc = 0."
+        )
+    which = [w for w, g, e in zip(("m", "l", "acc"), got, expected, strict=True) if not close(g, e)]
+    raise CheckFailed(
+        f"{name}: wrong {', '.join(which)} after key block {step}; m_new = max(m, the block's "
+        "row maxima), then rescale l and acc by exp(m - m_new) and add the block's terms."
+    )
+
+
+# --------------------------------------------------------------------------- decode step
+
+
+def _cache_case(batch: int, d: int, h: int, past: int, seed: int):
+    """params (with biases), the earlier tokens' projected keys and values (the cache), and
+    the new token, (batch, 1, d)."""
+    rng = np.random.default_rng(seed)
+    params = A.init_mha_params(d, h, rng, bias=True)
+    x_past = rng.normal(size=(batch, past, d))
+    x_new = rng.normal(size=(batch, 1, d))
+    k = A.split_heads(x_past @ params.W_k + params.b_k, h)  # (batch, heads, past, d_k)
+    v = A.split_heads(x_past @ params.W_v + params.b_v, h)
+    return params, x_past, x_new, k, v
+
+
+def _decode_reference(x_new, params, k_cache, v_cache, variant=None):
+    """One step, or a realistic variant of it: (out, k_cache, v_cache)."""
+    h = params.n_heads
+    q = A.split_heads(x_new @ params.W_q + params.b_q, h)  # (batch, heads, 1, d_k)
+    k_new = A.split_heads(x_new @ params.W_k + params.b_k, h)
+    v_new = A.split_heads(x_new @ params.W_v + params.b_v, h)
+    keys = np.concatenate([k_cache, k_new], axis=2)
+    values = np.concatenate([v_cache, v_new], axis=2)
+    returned = (keys, values)
+    if variant == "prepended":
+        returned = (
+            np.concatenate([k_new, k_cache], axis=2),
+            np.concatenate([v_new, v_cache], axis=2),
+        )
+    if variant == "not returned":
+        returned = (k_cache, v_cache)
+    if variant == "before appending":
+        keys, values = k_cache, v_cache
+    if variant == "dropped oldest":
+        keys, values = keys[:, :, 1:], values[:, :, 1:]
+        returned = (keys, values)
+    scale = 1.0 if variant == "no scale" else 1.0 / math.sqrt(params.d_k)
+    scores = (q * scale) @ np.swapaxes(keys, -1, -2)  # (batch, heads, 1, L + 1)
+    if variant == "top-left mask":
+        scores = np.where(np.tri(1, keys.shape[2], dtype=bool), scores, -np.inf)
+    heads = A.softmax(scores) @ values  # (batch, heads, 1, d_k)
+    concat = A.merge_heads(heads)
+    out = concat if variant == "no W_o" else concat @ params.W_o + params.b_o
+    return out, *returned
+
+
+def check_decode_step(decode_fn: Callable) -> None:
+    """Exercise (notebook 10): one decoding step with a cache: (x_new, params, k_cache,
+    v_cache) -> (out, k_cache, v_cache), the caches with the new token's key and value
+    appended."""
+    name = "decode_step"
+    for batch, d, h, past, seed in ((2, 8, 2, 4, 20), (1, 12, 3, 6, 21), (2, 6, 3, 0, 22)):
+        params, x_past, x_new, k_cache, v_cache = _cache_case(batch, d, h, past, seed)
+        result = call(decode_fn, name, x_new.copy(), params, k_cache.copy(), v_cache.copy())
+        if not (isinstance(result, tuple | list) and len(result) == 3):
+            raise CheckFailed(
+                f"{name} should return (out, k_cache, v_cache), got {type(result).__name__}."
+            )
+        out = as_array(result[0], name, "out")
+        expect_shape(out, (batch, 1, d), name, "an output (batch, 1, d_model)")
+        x_all = np.concatenate([x_past, x_new], axis=1)
+        want_out = A.multi_head_attention(x_all, x_all, params, A.causal_mask(past + 1))[0][:, -1:]
+        _, want_k, want_v = _decode_reference(x_new, params, k_cache, v_cache)
+        if not close(out, want_out, 1e-9):
+            diagnose(
+                out,
+                [
+                    (
+                        lambda v=variant, a=(x_new, params, k_cache, v_cache): _decode_reference(
+                            *a, v
+                        )[0],
+                        message,
+                    )
+                    for variant, message in (
+                        (
+                            "before appending",
+                            f"{name}: the new token does not see itself: off by "
+                            "one, its query attended to the cache before its own key and value "
+                            "were appended; append first, then attend to all L + 1 keys.",
+                        ),
+                        (
+                            "dropped oldest",
+                            f"{name}: you dropped the oldest cached key: after "
+                            "the step the cache must hold all L earlier tokens plus the new one "
+                            "(L + 1 keys), none left out.",
+                        ),
+                        (
+                            "top-left mask",
+                            f"{name}: your query sees only the first key: a causal "
+                            "mask for the newest token must be aligned with the end of the cache "
+                            "(A.causal_mask(1, L + 1)), and then it masks nothing: no mask is "
+                            "needed.",
+                        ),
+                        (
+                            "no scale",
+                            f"{name}: you did not scale the scores: divide q k^T by sqrt(d_k).",
+                        ),
+                        (
+                            "no W_o",
+                            f"{name}: the heads are concatenated but not projected: "
+                            "apply W_o and b_o.",
+                        ),
+                    )
+                ],
+                tol=1e-9,
+            )
+            raise CheckFailed(
+                f"{name}: the output differs from the full causal forward's last row (largest "
+                f"difference {np.abs(out - want_out).max():.3g}); project the new token, "
+                "append its key and value, attend to every cached key."
+            )
+        keys = as_array(result[1], name, "k_cache")
+        values = as_array(result[2], name, "v_cache")
+        for arr, want, what in ((keys, want_k, "k_cache"), (values, want_v, "v_cache")):
+            if arr.shape == k_cache.shape:
+                raise CheckFailed(
+                    f"{name}: the {what} you return still has {past} tokens: return it with "
+                    "the new token's entry appended (the next step needs it)."
+                )
+            expect_shape(arr, want.shape, name, f"a {what} with the new token appended")
+            if close(arr, want, 1e-9):
+                continue
+            if past and close(arr[:, :, 0], want[:, :, -1], 1e-9):
+                raise CheckFailed(
+                    f"{name}: the new token's entry must go at the end of the {what} "
+                    f"(position L = {past}), not the front: positions must stay in order."
+                )
+            raise CheckFailed(
+                f"{name}: the {what} returned is not the old one with the new token's entry "
+                "(x_new projected, split into heads) appended along the sequence axis."
+            )
+    passed(
+        "decode_step: the new token's key and value appended, its query attends to all L + 1 "
+        "keys; equals the last row of the full causal forward."
+    )
+
+
+# --------------------------------------------------------------------------- grouped heads
+
+
+def _gqa_reference(q, k, v, mapping="interleave", scale=True, axis=-1):
+    h, kv = q.shape[1], k.shape[1]
+    group = h // kv
+    heads = np.arange(h)
+    kv_of = {"interleave": heads // group, "tile": heads % kv, "first": np.zeros(h, int)}[mapping]
+    k_h, v_h = k[:, kv_of], v[:, kv_of]
+    s = q @ np.swapaxes(k_h, -1, -2)
+    if scale:
+        s = s / math.sqrt(q.shape[-1])
+    return A.softmax(s, axis=axis) @ v_h
+
+
+def check_gqa_attention(gqa_fn: Callable) -> None:
+    """Exercise (notebook 10): attention with grouped key/value heads: q (batch, heads, n_q,
+    d_k), k (batch, kv heads, n_k, d_k), v (batch, kv heads, n_k, d_v) -> (batch, heads,
+    n_q, d_v); query head i reads key/value head i // (heads / kv heads)."""
+    name = "gqa_attention"
+    rng = np.random.default_rng(30)
+    for batch, h, kv, n_q, n_k, d_k, d_v in (
+        (2, 4, 2, 3, 5, 4, 2), (1, 6, 3, 4, 2, 3, 5), (2, 6, 2, 2, 4, 2, 3),
+        (1, 4, 1, 3, 4, 2, 2), (1, 3, 3, 2, 3, 4, 3),
+    ):  # fmt: skip
+        q = rng.normal(size=(batch, h, n_q, d_k))
+        k = rng.normal(size=(batch, kv, n_k, d_k))
+        v = rng.normal(size=(batch, kv, n_k, d_v))
+        got = as_array(call(gqa_fn, name, q.copy(), k.copy(), v.copy()), name)
+        expect_shape(got, (batch, h, n_q, d_v), name, "an output (batch, heads, n_q, d_v)")
+        want = _gqa_reference(q, k, v)
+        if close(got, want, 1e-9):
+            continue
+        diagnose(
+            got,
+            [
+                (
+                    _gqa_reference(q, k, v, "tile") if kv > 1 else None,
+                    f"{name}: query head i must read key/value head i // group (heads 0..group-1 "
+                    "share kv head 0); you paired it with kv head i % n_kv_heads, which is what "
+                    "np.tile and torch's .repeat give: use np.repeat (torch's "
+                    ".repeat_interleave) along the heads axis.",
+                ),
+                (
+                    _gqa_reference(q, k, v, "first") if kv > 1 else None,
+                    f"{name}: every query head read key/value head 0: there are {kv} key/value "
+                    "heads, each shared by a group of consecutive query heads.",
+                ),
+                (
+                    _gqa_reference(q, k, v, scale=False),
+                    f"{name}: you did not scale the scores: divide q k^T by sqrt(d_k).",
+                ),
+                (
+                    _gqa_reference(q, k, v, axis=-2),
+                    f"{name}: the softmax ran over the queries (axis -2); it normalises each "
+                    "query's scores over the keys, the last axis.",
+                ),
+            ],
+            tol=1e-9,
+        )
+        raise CheckFailed(
+            f"{name}: wrong values for {h} query heads and {kv} key/value heads (largest "
+            f"difference {np.abs(got - want).max():.3g})."
+        )
+    passed(
+        "gqa_attention: query head i attends with key/value head i // group, for groups of "
+        "1 (multi-head), 2, 3 and all heads (multi-query)."
+    )
