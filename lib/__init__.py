@@ -19,6 +19,10 @@ Import the module you need; each one belongs to the notebook that derives it:
 - ``lib.head_types``: head-type scores, labels and the coreference probe (notebook 07).
 - ``lib.torch_bridge``: our weights and masks to and from ``torch.nn.MultiheadAttention``
   (notebook 08; the only module that imports torch).
+- ``lib.blockwise``: exact attention in blocks, the online softmax, lib's cache-blocked
+  kernel and fast multi-head forward (notebook 10).
+- ``lib.kv_cache``: grouped-query and multi-query attention, decoding with a KV cache
+  (notebook 10).
 - ``lib.checks``: the checks that follow each exercise.
 - ``lib.install``: what each notebook's set-up cell runs where the course is not installed
   (Google Colab); standard library only.

@@ -229,7 +229,7 @@ def gqa_attention(
         out = np.zeros((batch, n_q, d), dtype) + (0 if params.b_o is None else params.b_o)
         weights = np.zeros((batch, h, n_q, n_k), dtype) if need_weights else None
     else:
-        weights = np.empty((batch, h, n_q, n_k), dtype) if need_weights else None
+        weights = BW.new_weights((batch, h, n_q, n_k), dtype) if need_weights else None
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is explained below
             q, k, v = _project(x_q, x_kv, params, fuse=self_attention)
             rows = q.reshape(batch, n_q, kv, g, d_k).transpose(0, 2, 3, 1, 4)

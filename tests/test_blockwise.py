@@ -206,3 +206,30 @@ def test_empty_inputs(n_k):
     assert out.shape == (2, 0, 5)
     out = BW.attention(np.ones((3, 4)), np.ones((n_k, 4)), np.ones((n_k, 5)))
     assert out.shape == (3, 5) and (out == 0).all() == (n_k == 0)
+
+
+def test_large_weights_reuse_memory_only_once_nothing_refers_to_it():
+    rng = np.random.default_rng(3)
+    p = A.init_mha_params(16, 4, rng)
+    x = rng.normal(size=(2, 750, 16))  # weights: 2 * 4 * 750^2 float64 = 36 MB
+    want = A.multi_head_attention_reshape(x, x, p)[1]
+    BW.release_spare_weights()
+    first = A.multi_head_attention(x, x, p)[1]
+    address = first.__array_interface__["data"][0]
+    kept = first[1, 2]  # a view keeps the memory in use
+    del first
+    second = A.multi_head_attention(x, x, p)[1]
+    assert not np.shares_memory(second, kept)
+    np.testing.assert_allclose(kept, want[1, 2])  # not overwritten by the second call
+    del kept, second
+    third = A.multi_head_attention(x, x, p)[1]  # nothing refers to the spare: reused
+    assert third.__array_interface__["data"][0] != address  # the second call's memory ...
+    fourth_address = third.__array_interface__["data"][0]
+    del third
+    fourth = A.multi_head_attention(x, x, p)[1]
+    assert fourth.__array_interface__["data"][0] == fourth_address  # ... is reused
+    np.testing.assert_allclose(fourth, want)
+    assert fourth.flags.c_contiguous and fourth.flags.writeable
+    small = A.multi_head_attention(x[:, :10], x[:, :10], p)[1]  # small: a fresh array
+    assert small.base is None
+    BW.release_spare_weights()
