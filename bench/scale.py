@@ -9,7 +9,9 @@
 - decoding: a 512-token prompt, then 512 tokens one at a time, d = 512, 8 heads, float32:
   lib's Decoder (preallocated cache) against a torch layer that keeps its cache by
   concatenation (SDPA), per generated token; and the cache's speed-up over recomputing the
-  whole causal forward for every token.
+  whole causal forward for every token;
+- the roofline's two ceilings (notebook 10, section 4): the float32 matmul peak and the
+  memory bandwidth of a large copy.
 
 The bar on per-head weights (lib+w <= mha+w) is checked by the torch section.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 import tracemalloc
 
 import numpy as np
@@ -228,25 +231,47 @@ def bench_decoding(reps: int, bars: list) -> None:
     bars.append(("decoding: lib / torch per token", ratio, 1.2))
 
     # Without a cache, each new token reruns the whole causal forward over the sequence.
-    print("the cache against recomputing the causal forward over all n tokens, per token:")
+    steps = 16
+    print("the cache against recomputing the causal forward over all n tokens, per token")
+    print(f"(cached: {steps} consecutive steps after a prompt of n, the prompt not timed):")
     print(f"  {'n':>5} {'cached step':>12} {'recompute':>12} {'speed-up':>9}")
-    mask_of = {n: A.causal_mask(n) for n in (prompt + 1, total)}
-    for n in (prompt + 1, total):
-        xs = x[:, :n]
+    for n in (prompt, total - steps):
+        xs, mask = x[:, :n], A.causal_mask(n)
 
-        def step(n=n):
-            lib.length = n - 1  # the cache holds tokens 0 .. n-2 (filled by run_lib)
-            lib(x[:, n - 1 : n])
+        def cached(n=n):
+            lib.reset()
+            lib(x[:, :n])
+            t0 = time.perf_counter()
+            for i in range(n, n + steps):
+                lib(x[:, i : i + 1])
+            return (time.perf_counter() - t0) / steps
 
-        def recompute(xs=xs, n=n):
-            return A.multi_head_attention(xs, xs, params, mask_of[n], need_weights=False)
+        def recompute(xs=xs, mask=mask):
+            t0 = time.perf_counter()
+            A.multi_head_attention(xs, xs, params, mask, need_weights=False)
+            return time.perf_counter() - t0
 
-        tt = interleaved_times({"step": step, "recompute": recompute}, reps=max(5, reps // 2))
-        speedup = median_ratio(tt, "recompute", "step")
-        print(
-            f"  {n:5d} {fmt_time(statistics.median(tt['step']))} "
-            f"{fmt_time(statistics.median(tt['recompute']))} {speedup:8.0f}x"
-        )
+        rounds = [(cached(), recompute()) for _ in range(max(5, reps // 3))]
+        step_t = statistics.median(c for c, _ in rounds)
+        full_t = statistics.median(r for _, r in rounds)
+        speedup = statistics.median(r / c for c, r in rounds)
+        print(f"  {n:5d} {fmt_time(step_t)} {fmt_time(full_t)} {speedup:8.0f}x")
+
+
+def bench_roofline(reps: int) -> None:
+    """The two ceilings of notebook 10's roofline: matmul peak and memory bandwidth."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(1024, 1024)).astype(np.float32)
+    src = np.ones(2**25, np.float32)  # 128 MiB
+    dst = np.empty_like(src)
+    t = interleaved_times({"matmul": lambda: a @ a, "copy": lambda: np.copyto(dst, src)}, reps)
+    peak = 2 * 1024**3 / min(t["matmul"]) / 1e9
+    bandwidth = 2 * src.nbytes / min(t["copy"]) / 1e9
+    print(
+        f"\n-- roofline (notebook 10, section 4): float32 matmul 1024 x 1024 peak {peak:.0f} "
+        f"GFLOP/s, copy bandwidth {bandwidth:.1f} GB/s (read + write), ridge point "
+        f"{peak / bandwidth:.0f} FLOP/byte (best of {reps}) --"
+    )
 
 
 def bench_scale(reps: int) -> list:
@@ -264,6 +289,7 @@ def bench_scale(reps: int) -> list:
     print(f"before: {load()}")
     bars: list = []
     with threadpool_limits(limits=1):
+        bench_roofline(reps)
         bench_causal(reps, bars)
         bench_memory(reps, bars)
         bench_decoding(reps, bars)

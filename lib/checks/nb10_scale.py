@@ -98,10 +98,7 @@ def check_online_softmax_update(update_fn: Callable) -> None:
             if all(close(g, e, 1e-9, equal_nan=False) for g, e in zip(got, expected, strict=True)):
                 continue
             _diagnose_update(name, step, got, expected, m, l, acc, s, v)
-    passed(
-        "online_softmax_update: the running max, sum and output rescaled by exp(m - m_new); "
-        "rows with nothing seen yet stay at 0."
-    )
+    passed("online_softmax_update: sums rescaled by exp(m - m_new); masked rows stay at 0.")
 
 
 def _diagnose_update(name, step, got, expected, m, l, acc, s, v) -> None:
@@ -281,10 +278,7 @@ def check_decode_step(decode_fn: Callable) -> None:
                 f"{name}: the {what} returned is not the old one with the new token's entry "
                 "(x_new projected, split into heads) appended along the sequence axis."
             )
-    passed(
-        "decode_step: the new token's key and value appended, its query attends to all L + 1 "
-        "keys; equals the last row of the full causal forward."
-    )
+    passed("decode_step: new key and value appended; equals the full causal forward's last row.")
 
 
 # --------------------------------------------------------------------------- grouped heads
@@ -351,7 +345,4 @@ def check_gqa_attention(gqa_fn: Callable) -> None:
             f"{name}: wrong values for {h} query heads and {kv} key/value heads (largest "
             f"difference {np.abs(got - want).max():.3g})."
         )
-    passed(
-        "gqa_attention: query head i attends with key/value head i // group, for groups of "
-        "1 (multi-head), 2, 3 and all heads (multi-query)."
-    )
+    passed("gqa_attention: query head i reads key/value head i // group, for every group size.")
