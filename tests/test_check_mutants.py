@@ -18,6 +18,7 @@ from torch import nn
 
 from lib import attention as A
 from lib import checks
+from lib import heads as H
 from lib import pruning as P
 from lib import tiny as T
 from lib import torch_bridge as TB
@@ -163,6 +164,108 @@ def stacked_in_proj(p):
 def bias_always(p):
     """Packs the biases whether or not the layer has them: NumPy's concatenation error."""
     return TB.pack_in_proj(p)[0], np.concatenate([p.b_q, p.b_k, p.b_v])
+
+
+def sweep(rng="run", eval_on="held-out", stop=True, steps="first", entropy="normalised", keys="h"):
+    """The head-count sweep of notebook 05, right (the defaults) or with one mistake."""
+
+    def run_sweep(make_model, make_batch, eval_data, head_counts, seeds, budget, target, every):
+        one = np.random.default_rng(seeds[0])
+        per_seed = {s: np.random.default_rng(s) for s in seeds}
+        other = make_batch(np.random.default_rng(1234))  # a held-out set of its own
+        results = {}
+        for h in head_counts:
+            for s in seeds:
+                if rng == "one":
+                    r = one
+                elif rng == "per seed":
+                    r = per_seed[s]
+                else:
+                    seed = {"run": s, "unseeded": None, "constant": 0, "offset": s + 100}[rng]
+                    r = np.random.default_rng(seed)
+                model = make_model(h, r)
+                data = {"held-out": eval_data, "train": None, "other": other}[eval_on]
+                data = make_batch(r) if data is None else data
+                log = T.train(model, make_batch, data, budget, r, eval_every=every,
+                              stop_at=target if stop else None)  # fmt: skip
+                w = model.forward(data[0])[1]
+                ent = H.head_entropy(w) if entropy == "nats" else (
+                    H.head_entropy_normalised(w, A.causal_mask(w.shape[-1])))  # fmt: skip
+                key = (h, s) if keys == "h" else (s, h)
+                results[key] = {
+                    "accuracy": log.accuracy[-1],
+                    "steps": log.steps[-1] if steps == "last" else log.steps_to(target),
+                    "entropy": ent,
+                }
+        return results
+
+    return run_sweep
+
+
+def smallest(per_h=min, reached=lambda acc, target: acc >= target, pick=min, none=None):
+    """Reading a sweep: the smallest head count whose seeds all reached the target."""
+
+    def read(results, target):
+        by_h = {}
+        for (h, _), run in results.items():
+            by_h.setdefault(h, []).append(run["accuracy"])
+        ok = [h for h, accs in by_h.items() if reached(per_h(accs), target)]
+        return pick(ok) if ok else none
+
+    return read
+
+
+def by_index(results, target):
+    heads = sorted({h for h, _ in results})
+    best = smallest()(results, target)
+    return None if best is None else heads.index(best)
+
+
+def prune(pick="weakest", base="start", keep_failing=False, answer="removed"):
+    """Iterative pruning by ablation (notebook 06), right (the defaults) or with one mistake."""
+
+    def run_pruning(model, data, max_drop):
+        mask = np.ones(model.n_heads)
+        start = previous = T.accuracy(model, *data, mask)
+        ranking = list(np.argsort(P.ablation_drops(model, *data), kind="stable"))
+        removed = []
+        while mask.sum() > 1:
+            alive = np.flatnonzero(mask)
+            drops = P.ablation_drops(model, *data, mask)
+            if pick == "one-shot":
+                head = [h for h in ranking if mask[h]][0]
+            else:
+                head = alive[(np.argmax if pick == "most" else np.argmin)(drops[alive])]
+            trial = mask.copy()
+            trial[head] = 0.0
+            acc = T.accuracy(model, *data, trial)
+            over = {"start": start, "previous": previous, "one": 1.0}[base] - acc > max_drop
+            if over and not keep_failing:
+                break
+            mask, previous = trial, acc
+            removed.append(int(head))
+            if over:
+                break
+        return {"removed": removed, "kept": np.flatnonzero(mask).tolist(), "mask": mask}[answer]
+
+    return run_pruning
+
+
+def roles(score=lambda w, o: H.offset_score(w, -o), threshold=True, out="offset"):
+    """The lookup of each head (notebook 06), right (the defaults) or with one mistake."""
+
+    def head_roles(w, offsets, t):
+        scores = np.stack([score(w, o) for o in offsets])  # (offsets, heads)
+        best = scores.argmax(axis=0)
+        value = {"offset": np.asarray(offsets)[best], "index": best, "score": scores.max(0)}[out]
+        return np.where(scores.max(axis=0) >= t, value, 0) if threshold else value
+
+    return head_roles
+
+
+def wrapped_score(w, o):
+    n = w.shape[-1]
+    return np.mean([w[..., i, (i - o) % n] for i in range(n)], axis=(0, 1))
 
 
 MUTANTS = {
@@ -390,6 +493,45 @@ MUTANTS = {
             ).mean(0),
             "all heads on",
         ),
+    ],
+    "check_head_count_sweep": [
+        ("training batch", sweep(eval_on="train"), "accuracy on a training batch"),
+        ("one generator", sweep(rng="one"), "one generator serves every run"),
+        ("per seed", sweep(rng="per seed"), "carries on from one head count"),
+        ("no early stop", sweep(stop=False), "carry on after reaching the target"),
+        ("last step", sweep(steps="last"), "even for runs that never reached"),
+        ("nats", sweep(entropy="nats"), "your entropies are in nats"),
+        ("unseeded", sweep(rng="unseeded"), "run twice with the same seeds"),
+        ("seed ignored", sweep(rng="constant"), "every seed gave the same run"),
+        ("other held-out set", sweep(eval_on="other"), "do not come from eval_data"),
+        ("other draws", sweep(rng="offset"), "draw other random numbers"),
+        ("keys swapped", sweep(keys="seed"), "key each run by (h, seed)"),
+    ],
+    "check_smallest_sufficient_heads": [
+        ("median", smallest(per_h=np.median), "compared the median seed"),
+        ("any seed", smallest(per_h=max), "one seed reaching the target is not enough"),
+        ("rounded", smallest(reached=lambda a, t: round(a, 2) >= t), "rounded the accuracies"),
+        ("strict", smallest(reached=lambda a, t: a > t), "compare with >=, not >"),
+        ("index", by_index, "not its position"),
+        ("first met", smallest(pick=lambda ok: ok[0]), "not the first one you met"),
+        ("zero for none", smallest(none=0), "return None (not 0)"),
+    ],
+    "check_prune_heads": [
+        ("one-shot", prune(pick="one-shot"), "ranking of the unpruned model"),
+        ("most important", prune(pick="most"), "the most important one"),
+        ("off by one", prune(keep_failing=True), "stop before that step, not after it"),
+        ("previous step", prune(base="previous"), "not with the step before"),
+        ("from 1", prune(base="one"), "measured the drop from 1"),
+        ("survivors", prune(answer="kept"), "those are the heads that survive"),
+        ("mask", prune(answer="mask"), "looks like a head mask"),
+    ],
+    "check_head_roles": [
+        ("negative", lambda *a: -H.head_roles(*a), "positive number"),
+        ("forward", roles(score=lambda w, o: H.offset_score(w, o)), "key i - o"),
+        ("no threshold", roles(threshold=False), "give it 0"),
+        ("index", roles(out="index"), "not its position in offsets"),
+        ("wrapped", roles(score=wrapped_score), "instead of counting them as 0"),
+        ("scores", roles(out="score"), "those are the best mean weights"),
     ],
     "check_spearman": [
         (

@@ -54,6 +54,20 @@ def adam_step(param, grad, m, v, t, lr, beta1, beta2, eps):
     return param - lr * m_hat / (np.sqrt(v_hat) + eps), m, v
 
 
+def smallest_sufficient_heads(results, target):
+    """The smallest head count whose seeds all reached the target (notebook 05's exercise)."""
+    reached = {}
+    for (h, _), run in results.items():
+        reached[h] = reached.get(h, True) and run["steps"] is not None
+    return min((h for h, ok in reached.items() if ok), default=None)
+
+
+def prune_heads(model, select_data, max_drop):
+    """The heads iterative pruning removes, in order (notebook 06's exercise)."""
+    steps = pruning.prune_iteratively(model, select_data, "ablation", max_drop)
+    return [step.removed for step in steps[1:]]
+
+
 # Every check, with the reference answer of its exercise.
 REFERENCES = {
     "check_softmax_list": (checks.check_softmax_list, L.softmax),
@@ -74,6 +88,13 @@ REFERENCES = {
     "check_ablation_drops": (checks.check_ablation_drops, pruning.ablation_drops),
     "check_gradient_importance": (checks.check_gradient_importance, pruning.gradient_importance),
     "check_spearman": (checks.check_spearman, pruning.spearman),
+    "check_head_count_sweep": (checks.check_head_count_sweep, H.head_count_sweep),
+    "check_smallest_sufficient_heads": (
+        checks.check_smallest_sufficient_heads,
+        smallest_sufficient_heads,
+    ),
+    "check_prune_heads": (checks.check_prune_heads, prune_heads),
+    "check_head_roles": (checks.check_head_roles, H.head_roles),
     "check_target_score": (checks.check_target_score, head_types.target_score),
     "check_find_previous_token_head": (
         checks.check_find_previous_token_head,

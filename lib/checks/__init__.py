@@ -18,8 +18,20 @@ from .nb01_lists import check_attention_list, check_causal_mask_list, check_soft
 from .nb02_numpy import check_attention, check_padding_mask, check_softmax
 from .nb03_multi_head import check_merge_heads, check_param_count, check_split_heads
 from .nb04_heads import check_entropy, check_head_similarity, check_previous_token_score
-from .nb05_training import check_adam_step, check_cross_entropy_grad, check_softmax_backward
-from .nb06_pruning import check_ablation_drops, check_gradient_importance, check_spearman
+from .nb05_training import (
+    check_adam_step,
+    check_cross_entropy_grad,
+    check_head_count_sweep,
+    check_smallest_sufficient_heads,
+    check_softmax_backward,
+)
+from .nb06_pruning import (
+    check_ablation_drops,
+    check_gradient_importance,
+    check_head_roles,
+    check_prune_heads,
+    check_spearman,
+)
 from .nb07_pretrained import (
     check_coreference_accuracy,
     check_find_previous_token_head,
@@ -39,6 +51,8 @@ __all__ = [
     "check_entropy",
     "check_find_previous_token_head",
     "check_gradient_importance",
+    "check_head_count_sweep",
+    "check_head_roles",
     "check_head_similarity",
     "check_load_into_torch",
     "check_merge_heads",
@@ -46,6 +60,8 @@ __all__ = [
     "check_padding_mask",
     "check_param_count",
     "check_previous_token_score",
+    "check_prune_heads",
+    "check_smallest_sufficient_heads",
     "check_softmax",
     "check_softmax_backward",
     "check_softmax_list",
