@@ -274,6 +274,8 @@ def bench_training(reps: int) -> None:
         (16, 4, (1, 2, 3)),
         (16, 16, (1, 2, 3)),
         (32, 8, (1, 3)),
+        (256, 4, (1, 2, 3)),  # the syllabus's d_model for the head-count sweep (notebook 05)
+        (256, 16, (1, 2, 3)),
     ):
         model = T.init_tiny_model(8, 12, d, h, 8, rng, n_slots=len(offsets))
         optimiser = T.Adam()

@@ -548,10 +548,7 @@ def check_head_count_sweep(sweep_fn: Callable) -> None:
             "use one generator per run, np.random.default_rng(seed), first for make_model(h, "
             "rng), then for training (lib.tiny.train with that rng)."
         )
-    passed(
-        "head_count_sweep: one seeded run per (h, seed), held-out accuracy, early stop, "
-        "normalised entropy."
-    )
+    passed("head_count_sweep: seeded runs, held-out accuracy, early stop, normalised entropy.")
 
 
 def _protocol_rules(sweep_fn, name, config, runs, head_counts, seeds, target) -> None:
