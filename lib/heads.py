@@ -170,8 +170,7 @@ def head_count_sweep(
 
     head_counts = _positive_ints(head_counts, "head_counts")
     seeds = _ints(seeds, "seeds")
-    (budget,) = _positive_ints([budget], "budget")
-    (eval_every,) = _positive_ints([eval_every], "eval_every")
+    budget, eval_every = _positive_int(budget, "budget"), _positive_int(eval_every, "eval_every")
     if not 0 < target <= 1:
         raise ValueError(f"target must be an accuracy in (0, 1], got {target}")
     eval_ids = np.asarray(eval_data[0])
@@ -204,6 +203,12 @@ def _ints(values, name: str) -> list[int]:
     ):
         raise ValueError(f"{name} must be a non-empty list of integers, got {values}")
     return [int(v) for v in values]
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
 
 
 def _positive_ints(values, name: str) -> list[int]:
