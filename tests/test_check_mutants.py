@@ -18,6 +18,7 @@ from torch import nn
 
 from lib import attention as A
 from lib import checks
+from lib import lists as L
 from lib import pruning as P
 from lib import tiny as T
 from lib import torch_bridge as TB
@@ -34,16 +35,88 @@ def message_of(check, fn):
 # --------------------------------------------------------------------------- mutants
 
 
-def list_softmax(shift):
-    def softmax_row(row):
-        finite = [s for s in row if s != -math.inf]
-        if not finite:
-            return [0.0] * len(row)
-        c = shift(finite)
-        exps = [math.exp(s - c) for s in row]
-        return [e / sum(exps) for e in exps]
+def list_log_softmax(shift=max, log_of_weights=False, guard=False, all_masked=None):
+    """log-softmax of one list, shifted by ``shift`` of the finite scores (None: no shift);
+    or the log of the softmax's weights (``guard``: log(0) taken as -inf); ``all_masked``
+    replaces the answer for a row with nothing to attend to."""
 
-    return softmax_row
+    def log_softmax_row(row):
+        finite = [s for s in row if s != -math.inf]
+        if not finite and all_masked is not None:
+            return [all_masked] * len(row)
+        if log_of_weights:
+            weights = L.softmax(row)
+            return [math.log(w) if (w > 0 or not guard) else -math.inf for w in weights]
+        c = shift(finite) if shift is not None else 0.0
+        log_total = math.log(sum(math.exp(s - c) for s in finite))
+        return [s - c - log_total for s in row]
+
+    return log_softmax_row
+
+
+def masked_to(value):
+    """A right log-softmax that gives masked keys ``value`` instead of -inf."""
+    right = list_log_softmax()
+
+    def log_softmax_row(row):
+        return [value if s == -math.inf else x for s, x in zip(row, right(row), strict=True)]
+
+    return log_softmax_row
+
+
+def window(condition, as_int=False):
+    """A sliding-window mask: entry (i, j) = condition(i, j, window)."""
+
+    def mask(n, w):
+        return [[(int if as_int else bool)(condition(i, j, w)) for j in range(n)] for i in range(n)]
+
+    return mask
+
+
+def split_any(x, h, swap=(-3, -2)):
+    return np.swapaxes(x.reshape(*x.shape[:-1], h, x.shape[-1] // h), *swap)
+
+
+def split_fixed(x, h):  # written for (batch, seq, d_model) only
+    b, s, d = x.shape
+    return x.reshape(b, s, h, d // h).transpose(0, 2, 1, 3)
+
+
+def merge_any(x, swap=(-3, -2)):
+    return np.swapaxes(x, *swap).reshape(*x.shape[:-3], x.shape[-2], -1)
+
+
+def merge_fixed(x):  # written for (batch, heads, seq, d_k) only
+    b, h, s, d = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(b, s, h * d)
+
+
+def count(q=True, k="s", v="v", o="v*d", biases="right"):
+    """Parameter counts with one slip: W_k/W_v reading rows of d_model ("d") instead of
+    d_source ("s"), values of width d_k ("k"), W_o square ("d*d") or missing (None), and
+    biases "right", "d_model" (all of length d_model), "b_o=h*d_v", "no b_o", "never" or
+    "always"."""
+
+    def param_count(d, s, h, dk, dv, bias):
+        src = {"s": s, "d": d}[k]
+        val = {"v": dv, "k": dk}[v]
+        weights = d * h * dk + src * h * dk + src * h * val
+        weights += {"v*d": h * val * d, "d*d": d * d, None: 0}[o]
+        right = 2 * h * dk + h * val + d
+        b = {
+            "right": right,
+            "d_model": 4 * d,
+            "b_o=h*d_v": right - d + h * val,
+            "no b_o": right - d,
+            "never": 0,
+            "always": right,
+        }[biases]
+        if biases == "right" and o is None:
+            b = right - d
+        use = bias or biases == "always"
+        return weights + (b if use and biases != "never" else 0)
+
+    return param_count
 
 
 def np_softmax(shift=lambda x: x.max(axis=-1, keepdims=True), axis=-1):
@@ -166,11 +239,27 @@ def bias_always(p):
 
 
 MUTANTS = {
-    "check_softmax_list": [
-        ("naive", list_softmax(lambda r: 0.0), "overflowed on scores near 1000"),
-        ("min shift", list_softmax(min), "other than its largest score"),
-        ("no exp", lambda row: [x / sum(row) for x in row], "exponentiate each score"),
-        ("no normalise", lambda row: [math.exp(x) for x in row], "divide every exp"),
+    "check_log_softmax_list": [
+        ("naive", list_log_softmax(shift=None), "overflowed on scores near 1000"),
+        ("min shift", list_log_softmax(shift=min), "other than its largest score"),
+        ("log of weights", list_log_softmax(log_of_weights=True), "log of 0.0, which fails"),
+        (
+            "log of weights, guarded",
+            list_log_softmax(log_of_weights=True, guard=True),
+            "as if they were masked",
+        ),
+        ("weights", L.softmax, "the weights themselves"),
+        ("no log-sum", lambda row: [s - max(row) for s in row], "not the log of the sum"),
+        (
+            "sum, not log",
+            lambda row: [s - max(row) - sum(math.exp(x - max(row)) for x in row) for s in row],
+            "not the sum itself",
+        ),
+        ("sign", lambda row: [-x for x in list_log_softmax()(row)], "sign is flipped"),
+        ("masked 0", masked_to(0.0), "you gave it 0"),
+        ("masked NaN", masked_to(math.nan), "the log-softmax of the unmasked scores alone"),
+        ("all-masked zeros", list_log_softmax(all_masked=0.0), "you returned [0.0, 0.0, 0.0]"),
+        ("all-masked crash", list_log_softmax(), "return that, without an error."),
     ],
     "check_softmax": [
         ("naive", np_softmax(shift=lambda x: 0.0), "scores near 1000 give NaN/inf"),
@@ -185,11 +274,6 @@ MUTANTS = {
         ("mask multiplied", attention("multiply"), "multiplied the scores by the mask"),
         ("no scale", attention(scale=lambda d: 1.0), "did not scale"),
         ("divide by d_k", attention(scale=lambda d: d), "divided the scores by d_k"),
-    ],
-    "check_attention": [
-        ("mask multiplied", attention("multiply"), "multiplied the scores by the mask"),
-        ("no scale", attention(scale=lambda d: 1.0), "did not scale"),
-        ("divide by d_k", attention(scale=lambda d: d), "divided the scores by d_k"),
         (
             "times sqrt",
             attention(scale=lambda d: 1 / math.sqrt(d)),
@@ -197,12 +281,41 @@ MUTANTS = {
         ),
         ("w @ k", attn_k, "it is weights @ v"),
     ],
-    "check_causal_mask_list": [
-        ("no diagonal", lambda n: [[j < i for j in range(n)] for i in range(n)], "itself"),
-        ("inverted", lambda n: [[j > i for j in range(n)] for i in range(n)], "wrong way round"),
-        ("transposed", lambda n: [[j >= i for j in range(n)] for i in range(n)], "after it"),
-        ("off by one", lambda n: [[j <= i + 1 for j in range(n)] for i in range(n)], "off by one"),
-        ("ints", lambda n: [[int(j <= i) for j in range(n)] for i in range(n)], "as int64 numbers"),
+    "check_sliding_window_mask_list": [
+        ("causal", window(lambda i, j, w: j <= i), "plain causal mask"),
+        ("one too many", window(lambda i, j, w: 0 <= i - j <= w), "window + 1 keys"),
+        ("one too few", window(lambda i, j, w: 0 <= i - j < w - 1), "only window - 1 keys"),
+        ("no diagonal", window(lambda i, j, w: 0 < i - j <= w), "cannot attend to itself"),
+        ("symmetric", window(lambda i, j, w: abs(i - j) < w), "reaches into the future"),
+        ("transposed", window(lambda i, j, w: 0 <= j - i < w), "transposed"),
+        ("inverted", window(lambda i, j, w: not 0 <= i - j < w), "wrong way round"),
+        ("ints", window(lambda i, j, w: 0 <= i - j < w, as_int=True), "as int64 numbers"),
+    ],
+    "check_causal_mask": [
+        ("top-left", lambda n_q, n_k: np.tri(n_q, n_k, dtype=bool), "LAST n_q positions"),
+        (
+            "no cache",
+            lambda n_q, n_k: np.pad(np.tri(n_q, dtype=bool), ((0, 0), (n_k - n_q, 0))),
+            "cannot see the cached keys",
+        ),
+        (
+            "one too many",
+            lambda n_q, n_k: np.tri(n_q, n_k, k=n_k - n_q + 1, dtype=bool),
+            "sees the key after",
+        ),
+        (
+            "one too few",
+            lambda n_q, n_k: np.tri(n_q, n_k, k=n_k - n_q - 1, dtype=bool),
+            "cannot see its own position",
+        ),
+        (
+            "wrong direction",
+            lambda n_q, n_k: np.tri(n_q, n_k, k=n_q - n_k, dtype=bool),
+            "diagonal the wrong way",
+        ),
+        ("inverted", lambda n_q, n_k: ~A.causal_mask(n_q, n_k), "wrong way round"),
+        ("transposed", lambda n_q, n_k: A.causal_mask(n_q, n_k).T, "one row per key"),
+        ("ints", lambda n_q, n_k: A.causal_mask(n_q, n_k).astype(int), "as int64 numbers"),
     ],
     "check_padding_mask": [
         ("inverted", lambda ls, n: ~A.padding_mask(ls, n), "wrong way round"),
@@ -222,37 +335,43 @@ MUTANTS = {
     "check_split_heads": [
         (
             "straight reshape",
-            lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
+            lambda x, h: x.reshape(*x.shape[:-2], h, x.shape[-2], -1),
             "cuts the sequence",
         ),
         (
             "interleaved",
-            lambda x, h: x.reshape(*x.shape[:2], -1, h).transpose(0, 3, 1, 2),
+            lambda x, h: np.moveaxis(x.reshape(*x.shape[:-1], -1, h), -1, -3),
             "contiguous block",
         ),
-        ("no transpose", lambda x, h: x.reshape(*x.shape[:2], h, -1), "behind seq"),
+        ("no transpose", lambda x, h: x.reshape(*x.shape[:-1], h, -1), "behind seq"),
+        ("fixed axes", split_fixed, "any number of leading axes"),
+        ("counted from the front", lambda x, h: split_any(x, h, (1, 2)), "axes 1 and 2"),
+        ("swapped 0 and 1", lambda x, h: split_any(x, h, (0, 1)), "axes 0 and 1"),
     ],
     "check_merge_heads": [
-        ("no transpose", lambda x: x.reshape(x.shape[0], x.shape[2], -1), "mixes tokens"),
+        ("no transpose", lambda x: x.reshape(*x.shape[:-3], x.shape[-2], -1), "mixes tokens"),
         (
             "interleaved",
-            lambda x: x.transpose(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1),
+            lambda x: np.moveaxis(x, -3, -1).reshape(*x.shape[:-3], x.shape[-2], -1),
             "interleaves",
         ),
-        ("no reshape", lambda x: x.transpose(0, 2, 1, 3), "one axis of heads * d_k"),
+        ("no reshape", lambda x: np.swapaxes(x, -3, -2), "one axis of heads * d_k"),
+        ("fixed axes", merge_fixed, "any number of leading axes"),
+        ("counted from the front", lambda x: merge_any(x, (1, 2)), "axes 1 and 2"),
     ],
     "check_param_count": [
-        (
-            "no W_O",
-            lambda d, h, b: 3 * d * d + (3 * d if b else 0),
-            "left out the output projection",
-        ),
-        ("no biases", lambda d, h, b: 4 * d * d, "left out the biases"),
-        ("one bias", lambda d, h, b: 4 * d * d + (d if b else 0), "only one bias"),
-        ("no W_O bias", lambda d, h, b: 4 * d * d + (3 * d if b else 0), "bias of the output"),
-        ("per head", lambda d, h, b: h * 4 * d * d + (4 * d if b else 0), "every head full"),
-        ("one head", lambda d, h, b: 4 * d * (d // h) + (4 * d if b else 0), "one head's"),
-        ("float", lambda d, h, b: 4.0 * d * d, "whole number"),
+        ("standard formula", lambda d, s, h, k, v, b: 4 * d * d + (4 * d if b else 0), "standard"),
+        ("source width", count(k="d"), "d_source features"),
+        ("one head", lambda d, s, h, k, v, b: count()(d, s, 1, k, v, b), "you counted one head"),
+        ("d_k for values", count(v="k"), "not d_k"),
+        ("square W_o", count(o="d*d"), "not (d_model, d_model)"),
+        ("no W_o", count(o=None), "left out the output projection W_o"),
+        ("biases of d_model", count(biases="d_model"), "each bias has the length"),
+        ("b_o of heads * d_v", count(biases="b_o=h*d_v"), "b_o is added"),
+        ("no b_o", count(biases="no b_o"), "projection's bias b_o"),
+        ("biases never", count(biases="never"), "also has a bias vector"),
+        ("biases always", count(biases="always"), "no bias vectors to count"),
+        ("float", lambda *args: float(count()(*args)), "whole number"),
     ],
     "check_entropy": [
         ("0 log 0", lambda w: -(w * np.log(w)).sum(-1), "0 * log(0)"),
@@ -587,7 +706,7 @@ def test_a_hard_coded_answer_does_not_pass(name):
 
 
 def test_softmax_shifted_by_the_row_minimum_fails():
-    message_of(checks.check_softmax_list, list_softmax(min))
+    message_of(checks.check_log_softmax_list, list_log_softmax(shift=min))
     message_of(checks.check_softmax, np_softmax(shift=lambda x: x.min(-1, keepdims=True)))
 
 
@@ -632,7 +751,7 @@ def test_check_failed_renders_as_one_line_in_ipython():
     shell._showtraceback = lambda etype, evalue, stb: shown.append((etype, stb))
     shell.user_ns["checks"] = checks
     shell.user_ns["wrong"] = lambda row: [1.0] * len(row)
-    shell.run_cell("checks.check_softmax_list(wrong)")
+    shell.run_cell("checks.check_log_softmax_list(wrong)")
     ((etype, stb),) = shown
     assert etype is CheckFailed
     assert len(stb) == 1 and "CheckFailed" in stb[0] and "sum to 1" in stb[0], stb
