@@ -14,14 +14,13 @@ import pytest
 import torch
 from helpers import stub
 from test_checks_robustness import REFERENCES
-from torch import nn
 
 from lib import attention as A
 from lib import checks
+from lib import head_types as HT
 from lib import lists as L
 from lib import pruning as P
 from lib import tiny as T
-from lib import torch_bridge as TB
 from lib.backprop import softmax_backward
 from lib.checks import CheckFailed
 
@@ -189,53 +188,82 @@ def coref_pairs(w, p, a, d, rows=True):
     return (wh[:, b, p, a], wh[:, b, p, d]) if rows else (wh[:, b, a, p], wh[:, b, d, p])
 
 
-def prev_head(w, m, offset=-1):
+def offset_head(w, m, offset, sign=1, wrap=False, queries=None):
+    """notebook 07's find_offset_head, with switches for its classic mistakes."""
     n = m.shape[1]
-    tokens = [["t"] * int(k) for k in m.sum(axis=1)]
-    from lib import head_types as HT
-
-    targets, queries = HT.target_masks(tokens, n)["previous" if offset == -1 else "next"]
-    scores = HT.target_score(w, targets, queries)
+    i = np.arange(n)
+    pair = m[:, :, None] & m[:, None, :]
+    key = i[:, None] + sign * offset
+    targets = pair & (i[None, None, :] == (key % n if wrap else key)[None])
+    q = targets.any(axis=-1) if queries is None else queries(m, i, offset, n)
+    scores = HT.target_score(w, targets, q)
     layer, head = np.unravel_index(np.argmax(scores), scores.shape)
-    return int(layer), int(head)
+    return int(layer), int(head), float(scores[layer, head])
 
 
-def loader(transpose_in=True, transpose_out=True, biases=True):
-    def load(p):
-        m = nn.MultiheadAttention(
-            p.d_model, p.n_heads, bias=p.has_bias, batch_first=True, dtype=torch.float64
+def torch_mask(invert=True, head_major=False, first_head=False):
+    """notebook 08's to_torch_mask, with switches for its classic mistakes."""
+
+    def convert(mask, n_heads):
+        b, _, n_q, n_k = mask.shape
+        full = np.broadcast_to(mask[:, :1] if first_head else mask, (b, n_heads, n_q, n_k))
+        full = ~full if invert else full
+        full = full.transpose(1, 0, 2, 3) if head_major else full
+        return torch.from_numpy(np.ascontiguousarray(full).reshape(b * n_heads, n_q, n_k))
+
+    return convert
+
+
+def from_torch(
+    transpose=True, order=(0, 1, 2), reshape=False, w_o_t=True, biases=True, bias_order=None
+):
+    """notebook 08's from_torch, with switches for its classic mistakes."""
+
+    def read(module):
+        d = module.embed_dim
+        weight = module.in_proj_weight.detach().numpy()
+        if reshape:
+            blocks = np.split(weight.reshape(d, 3 * d), 3, axis=1)
+        else:
+            blocks = [weight[i * d : (i + 1) * d] for i in range(3)]
+            blocks = [b.T for b in blocks] if transpose else blocks
+        blocks = [blocks[i] for i in order]
+        W_o = module.out_proj.weight.detach().numpy()
+        W_o = W_o.T if w_o_t else W_o
+        if module.in_proj_bias is None or not biases:
+            return A.MHAParams(*blocks, W_o, module.num_heads)
+        b = module.in_proj_bias.detach().numpy()
+        b_o = module.out_proj.bias.detach().numpy()
+        return A.MHAParams(
+            *blocks,
+            W_o,
+            module.num_heads,
+            *(b[i * d : (i + 1) * d] for i in bias_order or order),
+            b_o,
         )
+
+    return read
+
+
+def torch_attention(invert=True, fix=True, zero_weights=True, output="b_o", head_major=False):
+    """notebook 08's torch_attention, with switches for its classic mistakes."""
+
+    def run(module, x_q, x_kv, mask):
+        empty = ~mask.any(axis=-1, keepdims=True)
+        convert = torch_mask(invert=invert, head_major=head_major)
+        blocked = convert(mask | empty if fix else mask, module.num_heads)
+        tq, tkv = torch.from_numpy(x_q), torch.from_numpy(x_kv)
         with torch.no_grad():
-            W = np.concatenate([p.W_q, p.W_k, p.W_v], axis=1)
-            m.in_proj_weight.copy_(
-                torch.from_numpy(
-                    W.T.copy() if transpose_in else W.T.T.reshape(-1, p.d_model).copy()
-                )
-            )
-            m.out_proj.weight.copy_(torch.from_numpy(p.W_o.T.copy() if transpose_out else p.W_o))
-            if p.has_bias:
-                if biases:
-                    m.in_proj_bias.copy_(torch.from_numpy(np.concatenate([p.b_q, p.b_k, p.b_v])))
-                    m.out_proj.bias.copy_(torch.from_numpy(p.b_o))
-                else:
-                    m.in_proj_bias.zero_()
-                    m.out_proj.bias.zero_()
-        return m.eval()
+            out, w = module(tq, tkv, tkv, attn_mask=blocked, average_attn_weights=False)
+        out, w = out.numpy(), w.numpy()
+        w = np.where(empty, 0.0, w) if zero_weights else w
+        if output is not None:
+            b_o = module.out_proj.bias
+            fill = 0.0 if b_o is None or output == 0 else b_o.detach().numpy()
+            out = np.where(empty[:, 0], fill, out)
+        return out, w
 
-    return load
-
-
-def stacked_in_proj(p):
-    W = np.concatenate([p.W_q, p.W_k, p.W_v], axis=0)  # not transposed: (3d, d) by luck
-    m = TB.to_torch_mha(p)
-    with torch.no_grad():
-        m.in_proj_weight.copy_(torch.from_numpy(W))
-    return m
-
-
-def bias_always(p):
-    """Packs the biases whether or not the layer has them: NumPy's concatenation error."""
-    return TB.pack_in_proj(p)[0], np.concatenate([p.b_q, p.b_k, p.b_v])
+    return run
 
 
 MUTANTS = {
@@ -553,11 +581,37 @@ MUTANTS = {
             "column-wise",
         ),
     ],
-    "check_find_previous_token_head": [
-        ("swapped", lambda w, m: prev_head(w, m)[::-1], "(head, layer)"),
-        ("next", lambda w, m: prev_head(w, m, offset=1), "next-token head"),
-        ("from 1", lambda w, m: tuple(i + 1 for i in prev_head(w, m)), "counted from 1"),
-        ("flat", lambda w, m: prev_head(w, m)[0] * w.shape[2] + prev_head(w, m)[1], "flat index"),
+    "check_find_offset_head": [
+        ("sign", lambda w, m, o: offset_head(w, m, o, sign=-1), "key i + offset (offset -1"),
+        (
+            "swapped",
+            lambda w, m, o: (lambda r: (r[1], r[0], r[2]))(offset_head(w, m, o)),
+            "(head, layer",
+        ),
+        (
+            "from 1",
+            lambda w, m, o: (lambda r: (r[0] + 1, r[1] + 1, r[2]))(offset_head(w, m, o)),
+            "counted from 1",
+        ),
+        (
+            "wraps",
+            lambda w, m, o: offset_head(w, m, o, wrap=True, queries=lambda m, i, o, n: m),
+            "wrap around",
+        ),
+        (
+            "no-target queries as 0",
+            lambda w, m, o: offset_head(w, m, o, queries=lambda m, i, o, n: m),
+            "counting those without a key",
+        ),
+        (
+            "padding targets",
+            lambda w, m, o: offset_head(
+                w, m, o, queries=lambda m, i, o, n: m & (i + o >= 0) & (i + o < n)
+            ),
+            "key i + offset is padding",
+        ),
+        ("no score", lambda w, m, o: offset_head(w, m, o)[:2], "return the winning head's score"),
+        ("flat", lambda w, m, o: offset_head(w, m, o)[0] * w.shape[2], "flat index"),
     ],
     "check_coreference_accuracy": [
         (
@@ -581,85 +635,48 @@ MUTANTS = {
             "you counted wins",
         ),
     ],
-    "check_torch_attn_mask": [
-        ("unchanged", lambda m: torch.from_numpy(m), "unchanged"),
-        ("numpy", lambda m: ~m, "not ndarray"),
-        ("transposed", lambda m: torch.from_numpy(~m.T.copy()), "transposed"),
+    "check_torch_mask": [
+        ("unchanged", torch_mask(invert=False), "True means 'may NOT attend'"),
+        ("head-major", torch_mask(head_major=True), "ordered head by head"),
+        ("first head", torch_mask(first_head=True), "the first head's mask"),
+        ("numpy", lambda m, h: torch_mask()(m, h).numpy(), "not ndarray"),
+        ("one per sequence", lambda m, h: torch_mask()(m, h)[::h], "per sequence *and head*"),
         (
             "float additive",
-            lambda m: torch.zeros(m.shape, dtype=torch.float64).masked_fill(
-                torch.from_numpy(~m), -torch.inf
+            lambda m, h: torch.zeros(torch_mask()(m, h).shape, dtype=torch.float64).masked_fill(
+                torch_mask()(m, h), -torch.inf
             ),
             "additive float mask",
         ),
-        ("float 0/1", lambda m: torch.from_numpy((~m).astype(float)), "0/1 values would not block"),
+        ("float 0/1", lambda m, h: torch_mask()(m, h).double(), "0/1 values would not block"),
     ],
-    "check_pack_in_proj": [
-        ("bias always", bias_always, "on params without them"),
-        (
-            "not transposed",
-            lambda p: (np.concatenate([p.W_q, p.W_k, p.W_v]), TB.pack_in_proj(p)[1]),
-            "transpose of ours",
-        ),
-        (
-            "order",
-            lambda p: (np.concatenate([p.W_k.T, p.W_q.T, p.W_v.T]), TB.pack_in_proj(p)[1]),
-            "blocks are in the wrong order",
-        ),
-        (
-            "reshape",
-            lambda p: (
-                np.concatenate([p.W_q, p.W_k, p.W_v], axis=1).reshape(-1, p.d_model),
-                TB.pack_in_proj(p)[1],
-            ),
-            "reshaping does not transpose",
-        ),
-        (
-            "(d, 3d)",
-            lambda p: (np.concatenate([p.W_q, p.W_k, p.W_v], axis=1), TB.pack_in_proj(p)[1]),
-            "(out_features, in_features)",
-        ),
-        (
-            "bias order",
-            lambda p: (
-                TB.pack_in_proj(p)[0],
-                None if p.b_q is None else np.concatenate([p.b_k, p.b_q, p.b_v]),
-            ),
-            "biases are in the wrong order",
-        ),
-        ("bias dropped", lambda p: (TB.pack_in_proj(p)[0], None), "your in_proj_bias is None"),
+    "check_from_torch": [
+        ("not transposed", from_torch(transpose=False), "transpose each block"),
+        ("order", from_torch(order=(1, 0, 2)), "blocks are in the wrong order"),
+        ("reshape", from_torch(reshape=True), "reshaping does not transpose"),
+        ("W_o", from_torch(w_o_t=False), "W_o is out_proj.weight transposed"),
+        ("biases dropped", from_torch(biases=False), "copy them into b_q, b_k, b_v and b_o"),
+        ("bias order", from_torch(bias_order=(1, 0, 2)), "biases are in the wrong order"),
+        ("tuple", lambda m: (m.in_proj_weight, m.out_proj.weight), "not a tuple"),
     ],
-    "check_load_into_torch": [
+    "check_torch_attention": [
         (
-            "in_proj not transposed",
-            stacked_in_proj,
-            "in_proj_weight needs our W_q, W_k, W_v transposed",
+            "NaN left",
+            torch_attention(fix=False, zero_weights=False, output=None),
+            "NaN for the queries with nothing to attend to",
         ),
-        ("out_proj not transposed", loader(transpose_out=False), "W_o transposed"),
-        ("biases missing", loader(biases=False), "biases are missing"),
+        ("not inverted", torch_attention(invert=False), "NaN for queries that may attend"),
+        ("weights kept", torch_attention(zero_weights=False), "must get weights 0"),
+        ("output kept", torch_attention(output=None), "must be what lib gives"),
+        ("output 0", torch_attention(output=0), "is b_o, not 0"),
+        ("head-major mask", torch_attention(head_major=True), "the mask reached the wrong heads"),
         (
-            "not batch_first",
-            lambda p: TB.to_torch_mha(p).__class__(p.d_model, p.n_heads, batch_first=False),
-            "batch_first=True",
-        ),
-        (
-            "always with bias",
-            lambda p: load_with_bias_always(p),
-            "create the module with bias=False",
+            "averaged weights",
+            lambda *a: (lambda r: (r[0], r[1].mean(axis=1)))(torch_attention()(*a)),
+            "average_attn_weights=False",
         ),
     ],
 }
-
-
-def load_with_bias_always(p):
-    m = (
-        TB.to_torch_mha(p)
-        if p.has_bias
-        else nn.MultiheadAttention(p.d_model, p.n_heads, batch_first=True, dtype=torch.float64)
-    )
-    with torch.no_grad():
-        m.in_proj_bias.copy_(torch.from_numpy(np.concatenate([p.b_q, p.b_k, p.b_v])))
-    return m
 
 
 CASES = [(name, label, fn, fragment) for name, ms in MUTANTS.items() for label, fn, fragment in ms]
@@ -718,19 +735,19 @@ def test_cross_entropy_grad_on_an_unstabilised_softmax_fails():
 
 
 def test_a_stub_in_a_helper_is_blamed_on_the_helper():
-    def pack_in_proj(params):
+    def to_torch_mask(mask, n_heads):
         raise NotImplementedError()
 
-    def load_into_torch(params):
-        weight, bias = pack_in_proj(params)
-        return weight
+    def torch_attention(module, x_q, x_kv, mask):
+        blocked = to_torch_mask(mask, module.num_heads)
+        return module(x_q, x_kv, x_kv, attn_mask=blocked)
 
-    message = message_of(checks.check_load_into_torch, load_into_torch)
-    assert message.startswith("load_into_torch calls pack_in_proj, which is not implemented"), (
+    message = message_of(checks.check_torch_attention, torch_attention)
+    assert message.startswith("torch_attention calls to_torch_mask, which is not implemented"), (
         message
     )
-    assert "load_into_torch is not implemented" not in message
-    assert "not implemented yet" in message_of(checks.check_load_into_torch, stub)
+    assert "torch_attention is not implemented" not in message
+    assert "not implemented yet" in message_of(checks.check_torch_attention, stub)
 
 
 def test_a_not_implemented_error_from_lib_is_quoted_not_blamed_on_a_helper():

@@ -58,14 +58,37 @@ def previous_token(w):
     return H.offset_score(w, -1)
 
 
-def find_previous_token_head(attentions, attention_mask):
-    """The head with the highest previous-token score (notebook 07's exercise)."""
-    n = attention_mask.shape[1]
-    tokens = [["t"] * int(k) for k in attention_mask.sum(axis=1)]
-    targets, queries = head_types.target_masks(tokens, n)["previous"]
+def find_offset_head(attentions, attention_mask, offset):
+    """(layer, head, score) of the head with the highest score for key i + offset
+    (notebook 07's exercise)."""
+    targets, queries = head_types.offset_masks(attention_mask, offset)
     scores = head_types.target_score(attentions, targets, queries)  # (layers, heads)
     layer, head = np.unravel_index(np.argmax(scores), scores.shape)
-    return int(layer), int(head)
+    return int(layer), int(head), float(scores[layer, head])
+
+
+def to_torch_mask(mask, n_heads):
+    """Our (batch, 1 or heads, n_q, n_k) mask as torch's (batch * heads, n_q, n_k) boolean
+    attn_mask, True = blocked (notebook 08's exercise 1)."""
+    import torch
+
+    batch, _, n_q, n_k = mask.shape
+    per_head = np.broadcast_to(mask, (batch, n_heads, n_q, n_k))
+    return torch.from_numpy(~per_head.reshape(batch * n_heads, n_q, n_k))
+
+
+def torch_attention(module, x_q, x_kv, mask):
+    """nn.MultiheadAttention with lib's answer for queries with nothing to attend to
+    (notebook 08's exercise 3)."""
+    import torch
+
+    empty = ~mask.any(axis=-1, keepdims=True)  # (batch, 1, n_q, 1)
+    blocked = to_torch_mask(mask | empty, module.num_heads)
+    tq, tkv = torch.from_numpy(x_q), torch.from_numpy(x_kv)
+    with torch.no_grad():
+        out, weights = module(tq, tkv, tkv, attn_mask=blocked, average_attn_weights=False)
+    b_o = 0.0 if module.out_proj.bias is None else module.out_proj.bias.detach().numpy()
+    return np.where(empty[:, 0], b_o, out.numpy()), np.where(empty, 0.0, weights.numpy())
 
 
 def cross_entropy_grad(logits, targets):
@@ -103,20 +126,17 @@ REFERENCES = {
     "check_gradient_importance": (checks.check_gradient_importance, pruning.gradient_importance),
     "check_spearman": (checks.check_spearman, pruning.spearman),
     "check_target_score": (checks.check_target_score, head_types.target_score),
-    "check_find_previous_token_head": (
-        checks.check_find_previous_token_head,
-        find_previous_token_head,
-    ),
+    "check_find_offset_head": (checks.check_find_offset_head, find_offset_head),
     "check_coreference_accuracy": (
         checks.check_coreference_accuracy,
         head_types.coreference_accuracy,
     ),
-    "check_torch_attn_mask": (checks.check_torch_attn_mask, torch_bridge.to_torch_attn_mask),
-    "check_pack_in_proj": (checks.check_pack_in_proj, torch_bridge.pack_in_proj),
-    "check_load_into_torch": (checks.check_load_into_torch, torch_bridge.to_torch_mha),
+    "check_torch_mask": (checks.check_torch_mask, to_torch_mask),
+    "check_from_torch": (checks.check_from_torch, torch_bridge.from_torch_mha),
+    "check_torch_attention": (checks.check_torch_attention, torch_attention),
 }
-# These exercises ask for torch objects (tensors, a module), so plain lists are rightly refused.
-TORCH_ANSWERS = {"check_torch_attn_mask", "check_pack_in_proj", "check_load_into_torch"}
+# These exercises ask for a torch tensor or an MHAParams, so plain lists are rightly refused.
+TORCH_ANSWERS = {"check_torch_mask", "check_from_torch"}
 
 
 def test_every_check_is_covered():

@@ -306,3 +306,45 @@ def test_only_the_cells_the_checked_functions_need_are_run():
     ]
     assert grade.needed_cells(sources, {6: {"f"}}) == {0, 2, 4, 5}
     assert grade.needed_cells(["def f(:", "x = 1"], {2: {"f"}}) == {0}  # unparsable: run
+
+
+# --------------------------------------------------------------------------- MHAParams answers
+
+FROM_TORCH_RIGHT = "def from_torch(module):\n    return TB.from_torch_mha(module)\n"
+FROM_TORCH_WRONG = (  # the in-projection blocks not transposed back
+    "def from_torch(module):\n"
+    "    p = TB.from_torch_mha(module)\n"
+    "    return A.MHAParams(p.W_q.T, p.W_k.T, p.W_v.T, p.W_o, p.n_heads, p.b_q, p.b_k, p.b_v,"
+    " p.b_o)\n"
+)
+
+
+def test_an_mhaparams_answer_is_rebuilt_by_the_grader(tmp_path):
+    """Notebook 08's exercise 2 returns lib's MHAParams: it travels as arrays, is rebuilt
+    (and checked again) by lib in the grader, and the check judges it like any answer."""
+    cells = [
+        new_code_cell(
+            "from lib import attention as A\nfrom lib import checks\n"
+            "from lib import torch_bridge as TB"
+        ),
+        new_code_cell(
+            "def from_torch(module):\n    ### BEGIN SOLUTION\n"
+            "    return TB.from_torch_mha(module)\n    ### END SOLUTION"
+        ),
+        new_code_cell("checks.check_from_torch(from_torch)"),
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    src = tmp_path / "src"
+    src.mkdir()
+    nbformat.write(nb, src / "98_torch.ipynb")
+    source = src / "98_torch.ipynb"
+    right = grade.grade_notebook(submit(tmp_path, source, "amy", [FROM_TORCH_RIGHT]), source, "amy")
+    assert [c.passed for c in right.checks] == [True], right.checks
+    wrong = grade.grade_notebook(submit(tmp_path, source, "bob", [FROM_TORCH_WRONG]), source, "bob")
+    assert [c.passed for c in wrong.checks] == [False]
+    assert "transpose each block of in_proj_weight" in wrong.checks[0].message

@@ -22,10 +22,10 @@ from .nb05_training import check_adam_step, check_cross_entropy_grad, check_soft
 from .nb06_pruning import check_ablation_drops, check_gradient_importance, check_spearman
 from .nb07_pretrained import (
     check_coreference_accuracy,
-    check_find_previous_token_head,
+    check_find_offset_head,
     check_target_score,
 )
-from .nb08_pytorch import check_load_into_torch, check_pack_in_proj, check_torch_attn_mask
+from .nb08_pytorch import check_from_torch, check_torch_attention, check_torch_mask
 
 __all__ = [
     "CheckFailed",
@@ -36,13 +36,12 @@ __all__ = [
     "check_coreference_accuracy",
     "check_cross_entropy_grad",
     "check_entropy",
-    "check_find_previous_token_head",
+    "check_find_offset_head",
+    "check_from_torch",
     "check_gradient_importance",
     "check_head_similarity",
-    "check_load_into_torch",
     "check_log_softmax_list",
     "check_merge_heads",
-    "check_pack_in_proj",
     "check_padding_mask",
     "check_param_count",
     "check_previous_token_score",
@@ -51,6 +50,7 @@ __all__ = [
     "check_spearman",
     "check_split_heads",
     "check_target_score",
-    "check_torch_attn_mask",
     "check_sliding_window_mask_list",
+    "check_torch_attention",
+    "check_torch_mask",
 ]
