@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: install lab test lint bench student clean notebooks-links test-colab
+.PHONY: install lab test lint bench student clean notebooks-links test-colab test-browser
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -42,6 +42,13 @@ test: lint
 # installing the course from a wheel of this checkout; see tools/colab.py and the README.
 test-colab: install
 	$(BIN)/python tools/colab.py
+
+# Every notebook run in JupyterLab (started by `make lab`) in headless Chromium, as a learner
+# would: clear outputs, Run All, no error, every image and formula shown, no console error;
+# installs Debian's chromium first where it is missing and this runs as root. See
+# tools/browser_test.py and the README.
+test-browser: install
+	$(BIN)/python tools/browser_test.py
 
 # Write the Colab badges, the set-up cells and the packaged data from pyproject.toml's
 # [project.urls] Repository (the course's public address); see tools/notebook_links.py.
