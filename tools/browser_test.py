@@ -1,6 +1,6 @@
 """Run every notebook in JupyterLab in a real, headless browser (`make test-browser`).
 
-    python tools/browser_test.py [--only 03 07 ...] [--no-self-checks] [--keep-going]
+    python tools/browser_test.py [--only 03 07 ...] [--no-self-checks]
 
 What a learner does, done by a program:
 
@@ -18,9 +18,11 @@ What a learner does, done by a program:
    fails the notebook on
 
    - an error output, or anything written to stderr (no stored notebook has either);
-   - a code cell that did not run, or cells that ran out of order;
+   - a code cell that did not run, or cells that did not run once each, in order;
    - an image that did not load (``naturalWidth`` 0), in the outputs or in the text;
-   - a MathJax error (a formula MathJax could not typeset is shown as an error node);
+   - a formula MathJax could not typeset: an error node, an unknown command (JupyterLab's
+     MathJax shows it in red, with no error node) or a ``$`` left in the text (a formula
+     MathJax did not find, e.g. with unbalanced braces);
    - a message the browser logged as an error, or an uncaught exception in the page
      (``TOLERATED_CONSOLE`` lists what is tolerated, and why: nothing at present);
    - a request for anything outside this machine (the test blocks them all, so that nothing
@@ -33,12 +35,15 @@ What a learner does, done by a program:
 4. Builds a scratch notebook in ``build/browser-test/`` that calls a check from
    ``lib.checks`` with a wrong answer, and requires the failed check to show in JupyterLab as
    one line that carries the check's sentence, not a traceback.
-5. Self-checks (unless ``--no-self-checks``): scratch notebooks with a raised error, a missing
-   image, an image that cannot be decoded, a formula MathJax rejects and a console error;
-   each must be reported, or the run fails: a detector that finds nothing proves nothing.
+5. Self-checks (unless ``--no-self-checks``): scratch notebooks with planted faults (a raised
+   error, a missing image, an image that cannot be decoded, three broken formulas, a console
+   error, an external image) and the Colab badge; every fault must be reported and the badge
+   tolerated, or the run fails: a detector that finds nothing proves nothing.
 
-It prints one line per notebook (time, cells, images, formulas) and every problem found, and
-exits 1 if there was any.
+It prints one line per notebook (Run All's time, cells, images, formulas) and every problem
+found, then ``test-browser: N passed, M failed``; it exits 1 if anything failed.
+``--only 03 07`` runs only the notebooks whose names start so (the one-line check and the
+self-checks still run); ``BROWSER_TEST_DEBUG=1`` prints each step with its time.
 """
 
 from __future__ import annotations
@@ -68,10 +73,11 @@ NOTEBOOKS = ROOT / "notebooks"
 SCRATCH = ROOT / "build" / "browser-test"
 FIRST_NOTEBOOK = "01_attention_with_lists.ipynb"
 
-# The flags this machine's notes ask for: without the background-networking ones Chromium
-# tries connections a closed network refuses. Playwright gives the browser a fresh profile
-# (--user-data-dir) of its own and adds --no-sandbox (needed as root) itself; both are set
-# here explicitly as well.
+# Chromium opens no connection of its own: without the background-networking, component
+# update and sync flags it contacts its vendor's servers at start (a closed network refuses
+# them). --no-sandbox is needed as root. Playwright adds several of these itself; they are
+# listed so that the set does not depend on its version. The profile (--user-data-dir) is a
+# new empty folder for every run (launch_persistent_context below).
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -232,7 +238,11 @@ class Lab:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        self._wait_until_up()
+        try:
+            self._wait_until_up()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def _wait_until_up(self) -> None:
