@@ -325,6 +325,7 @@ STATE_JS = """() => {
   return {
     title: document.querySelector('#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current')
       ?.textContent.trim(),
+    kernel: panel.querySelector('.jp-Toolbar-kernelName')?.textContent.trim(),
     status: indicator ? indicator.getAttribute('data-status') : null,
     cells,
   };
@@ -470,22 +471,35 @@ class Browser:
         self._check_console(page, result)
         return result
 
-    @staticmethod
-    def wait_until_shown(page, path: Path) -> dict:
+    def wait_until_shown(self, page, path: Path) -> dict:
         """Wait until the notebook shows all its cells (JupyterLab adds them a few at a time)
-        and its kernel is idle."""
+        and its kernel is connected and idle, twice in a row.
+
+        The toolbar's status alone is not enough: it reads "idle" before the notebook has a
+        kernel at all ("No Kernel"), and Run All clicked then runs nothing. So the kernel's
+        name must be shown and the server must report the notebook's kernel idle too."""
         cells = len(json.loads(path.read_text())["cells"])
+        where = path.resolve().relative_to(ROOT).as_posix()
         deadline = time.monotonic() + STEP_TIMEOUT_MS / 1000
-        state = None
+        state, ready = None, 0
         while time.monotonic() < deadline:
             state = page.evaluate(STATE_JS)
-            if state and len(state["cells"]) == cells and state["status"] == "idle":
+            shown = (
+                state
+                and len(state["cells"]) == cells
+                and state["status"] == "idle"
+                and state["kernel"] not in (None, "", "No Kernel")
+            )
+            server = shown and any(
+                s.get("path") == where and s["kernel"]["execution_state"] == "idle"
+                for s in self.lab.api("sessions") or []
+            )
+            ready = ready + 1 if server else 0
+            if ready == 2:
                 return state
             page.wait_for_timeout(250)
-        shown = state and (len(state["cells"]), state["status"])
-        raise RuntimeError(
-            f"{path.name} did not show its {cells} cells and an idle kernel: {shown}"
-        )
+        seen = state and (len(state["cells"]), state["kernel"], state["status"])
+        raise RuntimeError(f"{path.name} did not show its {cells} cells and an idle kernel: {seen}")
 
     def _menu(self, page, menu: str, item: str) -> None:
         """Click a menu of JupyterLab's menu bar, then one of its items, as a learner does."""
@@ -499,9 +513,9 @@ class Browser:
     def _wait_for_run(self, page, result: NotebookRun) -> dict:
         """Wait until the kernel is idle and the run is over: every code cell has run, or a
         cell failed and the rest were cancelled. Twice in a row, a second apart."""
-        deadline = time.monotonic() + RUN_TIMEOUT_S
+        start = time.monotonic()
         settled = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < start + RUN_TIMEOUT_S:
             state = page.evaluate(STATE_JS)
             code = [c for c in state["cells"] if c["index"] in result.runnable]
             running = any(c["prompt"] == "[*]:" for c in code)
@@ -513,9 +527,16 @@ class Browser:
                     return state
             else:
                 settled = 0
+            if time.monotonic() > start + STEP_TIMEOUT_MS / 1000 and not any(
+                c["prompt"] == "[*]:" or PROMPT_DONE.match(c["prompt"]) for c in code
+            ):
+                snapshot_page(page, result)
+                result.problems.append("Run All started no cell in a minute")
+                return state
             page.wait_for_timeout(1000)
         state = page.evaluate(STATE_JS)
         prompts = [c["prompt"] for c in state["cells"] if c["index"] in result.runnable]
+        snapshot_page(page, result)
         result.problems.append(
             f"Run All did not finish in {RUN_TIMEOUT_S} s: kernel {state['status']}, "
             f"{prompts.count('[*]:')} cells running or queued, "
@@ -754,6 +775,16 @@ def snapshot() -> tuple[dict[str, str], str | None]:
     return hashes, status
 
 
+def snapshot_page(page, run: NotebookRun) -> None:
+    """Save what the page shows when something went wrong, and say where."""
+    shot = SCRATCH / f"{Path(run.name).stem}.png"
+    try:
+        page.screenshot(path=shot)
+    except Exception:  # noqa: BLE001 - a page that cannot be shown has nothing to add
+        return
+    run.problems.append(f"what the page showed: {shot.relative_to(ROOT)}")
+
+
 def drive(browser: Browser, lab: Lab, page, name: str, path: Path) -> NotebookRun:
     """Run one notebook in ``page`` (or a new page), then close the page and its kernel. A
     step JupyterLab did not take is a problem of that notebook (with a screenshot)."""
@@ -764,14 +795,10 @@ def drive(browser: Browser, lab: Lab, page, name: str, path: Path) -> NotebookRu
         run = browser.run(page, name, ROOT / path)
     except Exception as exc:  # noqa: BLE001 - any failure to drive the page is reported
         run = NotebookRun(name)
-        shot = SCRATCH / f"{Path(name).stem}.png"
-        try:
-            page.screenshot(path=shot)
-            where = f" (screenshot: {shot.relative_to(ROOT)})"
-        except Exception:  # noqa: BLE001
-            where = ""
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        run.problems.append(f"could not drive JupyterLab: {first_line}{where}")
+        run.problems.append(f"could not drive JupyterLab: {first_line}")
+        if page is not None:
+            snapshot_page(page, run)
     finally:
         if page is not None:
             page.close()
