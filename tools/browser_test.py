@@ -10,7 +10,7 @@ What a learner does, done by a program:
    notebook 01.
 2. Drives the system's Chromium, headless, through the ``playwright`` Python package (its
    ``executable_path``; Playwright's own browser download is never used). Where Chromium is
-   missing and this runs as root with apt-get (Debian, Ubuntu), it installs Debian's
+   missing and this runs as root with apt-get (Debian), it installs Debian's
    ``chromium`` package; elsewhere it says in one line what is missing and exits with 2.
    ``CHROMIUM=/path/to/chromium`` names another Chromium or Chrome.
 3. For every notebook in ``notebooks/``, in its own page: Edit > Clear Outputs of All Cells,
@@ -158,7 +158,7 @@ def find_chromium(
         why = "not root" if apt else "no apt-get here"
         raise Missing(
             f"Chromium is missing and cannot be installed by this test ({why}): install "
-            "Debian's/Ubuntu's 'chromium' package, or set CHROMIUM=/path/to/chromium-or-chrome"
+            "Chromium or Chrome (Debian: the 'chromium' package), or set CHROMIUM=/path/to/it"
         )
     run = run or _run_apt
     log("Chromium is missing: installing Debian's 'chromium' package with apt-get")
@@ -886,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
                     log(
                         f"{name}: {run.seconds:5.1f} s, {run.code_cells} code cells, "
                         f"{run.images} images, {run.formulas} formulas: "
-                        f"{len(run.problems) or 'no'} problem(s)"
+                        f"{f'{len(run.problems)} problem(s)' if run.problems else 'ok'}"
                     )
                 for problem in run.problems:
                     log(f"  {problem}")
