@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: install lab test lint bench student clean notebooks-links test-colab test-browser
+.PHONY: install lab lab-student test lint bench student grade clean notebooks-links test-colab normalize execute test-browser
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -41,27 +41,64 @@ test: lint
 # Every notebook alone in a Colab-like environment (Colab's package versions), its set-up cell
 # installing the course from a wheel of this checkout; see tools/colab.py and the README.
 test-colab: install
-	$(BIN)/python tools/colab.py
+	$(BIN)/python -m tools.colab
+
+# Strip volatile metadata from the stored notebooks (tools/normalize_notebooks.py).
+normalize: install
+	$(BIN)/python -m tools.normalize_notebooks
+
+# Re-execute notebooks top to bottom in a fresh kernel, then normalise them:
+# `make execute` (all) or `make execute NB="notebooks/03_multi_head_attention.ipynb"`.
+NB ?= $(wildcard notebooks/*.ipynb)
+execute: install
+	for nb in $(NB); do \
+		$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+			--ExecutePreprocessor.record_timing=False $$nb || exit 1; \
+	done
+	$(BIN)/python -m tools.normalize_notebooks $(NB)
 
 # Every notebook run in JupyterLab (started by `make lab`) in headless Chromium, as a learner
 # would: clear outputs, Run All, no error, every image and formula shown, no console error;
 # installs Debian's chromium first where it is missing and this runs as root. See
 # tools/browser_test.py and the README.
 test-browser: install
-	$(BIN)/python tools/browser_test.py
+	$(BIN)/python -m tools.browser_test
 
 # Write the Colab badges, the set-up cells and the packaged data from pyproject.toml's
 # [project.urls] Repository (the course's public address); see tools/notebook_links.py.
 notebooks-links: install
-	$(BIN)/python tools/notebook_links.py
+	$(BIN)/python -m tools.notebook_links
 
-bench: install
+# nbgrader is a bench-only dependency (the grading section times it against tools/grade.py).
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP) requirements-bench.txt
+	$(PIP) install -c constraints.txt -r requirements-bench.txt
+	touch $@
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python bench/bench.py
 
 # The student release (solutions replaced by stubs, outputs cleared) in build/student/;
 # see docs/instructor_guide.md.
 student: install
-	$(BIN)/python tools/make_student.py --out build/student
+	$(BIN)/python -m tools.make_student --out build/student
+
+# For self-learners: the blank student notebooks in JupyterLab. They are copied to homework/
+# once; a notebook already there (your work) is never overwritten.
+lab-student: student
+	mkdir -p homework
+	for nb in build/student/*.ipynb; do \
+		test -e homework/$$(basename $$nb) || cp $$nb homework/; \
+	done
+	$(MAKE) lab LAB_DIR=homework
+
+# Grade submissions with the checks: `make grade SUBMISSIONS=path/to/submitted` (a folder
+# with one folder per student, or notebooks); the gradebook goes to build/grades/.
+# JOBS=N grades N notebooks at once; see docs/instructor_guide.md.
+SUBMISSIONS ?= submitted
+JOBS ?= 1
+grade: install
+	$(BIN)/python -m tools.grade $(SUBMISSIONS) --jobs $(JOBS) --out build/grades
 
 clean:
 	rm -rf $(VENV) .venv-colab build .pytest_cache .hypothesis .ruff_cache *.egg-info

@@ -7,6 +7,7 @@ time of each is reported. Absolute times are printed for orientation only.
     python bench/bench.py            # everything
     python bench/bench.py --quick    # fewer repetitions
     python bench/bench.py --only torch --threads 2   # one section, two threads
+    python bench/bench.py --only grading --students 20  # grade.py vs nbgrader autograde
 """
 
 from __future__ import annotations
@@ -580,7 +581,7 @@ def bench_torch_parts(reps: int, threads: int, shape=TORCH_SHAPES[0]) -> None:
                 print(line)
 
 
-SECTIONS = ("lists", "loop", "gflops", "training", "bert", "torch")
+SECTIONS = ("lists", "loop", "gflops", "training", "bert", "torch", "grading")
 # --------------------------------------------------------------------------- pretrained BERT
 
 
@@ -625,6 +626,9 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="threads for NumPy and torch in the torch section"
     )
+    parser.add_argument(
+        "--students", type=int, help="students in the grading section (default 20, --quick 4)"
+    )
     args = parser.parse_args()
     reps = 5 if args.quick else 21
     print(
@@ -654,6 +658,10 @@ def main() -> None:
         for line in missed:
             print(f"  - {line}")
         bench_torch_parts(reps, args.threads)
+    if "grading" in run:
+        from grading import bench_grading
+
+        bench_grading(args.students or (4 if args.quick else 20))
 
 
 if __name__ == "__main__":

@@ -6,10 +6,14 @@ Conventions:
 - masks are boolean, ``True`` = "this query may attend to this key", and broadcast
   against the scores (batch, heads, n_q, n_k);
 - a query that may attend to no key gets attention weights of 0 and an attention output
-  of 0 (the multi-head output is then just the output bias ``b_o``): defined, never NaN.
+  of 0 (the multi-head output is then just the output bias ``b_o``): defined, never NaN;
+  with no keys at all (n_k = 0) that is every query; no queries (n_q = 0) or no sequences
+  (batch = 0) give empty outputs of the right shape.
 
 Floating inputs keep their dtype (float32 stays float32); integer inputs are promoted
-to float64.
+to float64; lists are converted. Bad input raises ValueError, worded the same way in every
+function (the checks live in :mod:`lib._validate`): NaN or inf in any input, weight or bias
+and numbers whose products overflow the dtype are named with where they are.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import math
 from dataclasses import dataclass, fields
 
 import numpy as np
+
+from . import _validate as V
 
 # --------------------------------------------------------------------------- softmax
 
@@ -29,13 +35,15 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     ``-inf`` entries (masked keys) get weight 0; a slice that is entirely ``-inf`` gets
     all zeros instead of NaN. NaN or ``+inf`` in the input raise ``ValueError``.
     """
-    x = _as_float(x, "softmax input")
-    _require_no_nan_or_posinf(x, "softmax input")
+    x = V.real_array(x, "softmax input")
+    V.no_nan_or_posinf(x, "softmax input")
     return _softmax_inplace(x.copy(), axis)
 
 
 def _softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
     """Softmax that overwrites ``scores`` (no NaN/+inf check: callers do that)."""
+    if scores.size == 0:  # no keys (or no rows): nothing to normalise
+        return scores
     top = scores.max(axis=axis, keepdims=True)
     top[np.isneginf(top)] = 0.0  # an all-masked slice: exp(-inf - 0) = 0, not NaN
     np.subtract(scores, top, out=scores)
@@ -55,9 +63,8 @@ def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
     taken to be the *last* n_q positions of the key sequence (as when earlier keys are
     cached), so query i sees keys 0..i + (n_k - n_q).
     """
-    n_k = n_q if n_k is None else n_k
-    if n_q < 1 or n_k < 1:
-        raise ValueError(f"causal_mask needs n_q >= 1 and n_k >= 1, got n_q={n_q}, n_k={n_k}")
+    n_q = V.count(n_q, "n_q", low=0)
+    n_k = n_q if n_k is None else V.count(n_k, "n_k", low=0)
     return np.tri(n_q, n_k, k=n_k - n_q, dtype=bool)
 
 
@@ -68,7 +75,10 @@ def padding_mask(lengths, n_k: int) -> np.ndarray:
     causal mask by ``&``: ``causal_mask(n) & padding_mask(lengths, n)`` is
     (batch, 1, n, n).
     """
+    n_k = V.count(n_k, "n_k", low=0)
     lengths = np.asarray(lengths)
+    if lengths.ndim == 1 and lengths.size == 0:  # no sequences: np.asarray([]) is float64
+        lengths = lengths.astype(np.int64)
     if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
         raise ValueError(f"lengths must be a 1-D sequence of integers, got {lengths!r}")
     bad = lengths[(lengths < 0) | (lengths > n_k)]
@@ -86,51 +96,39 @@ def scaled_dot_product_attention(
 ) -> tuple[np.ndarray, np.ndarray]:
     """softmax(q k^T / sqrt(d_k)) v, over any leading batch axes.
 
-    q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v);
+    q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v); the leading axes broadcast;
     mask: boolean, broadcastable to (..., n_q, n_k), True = may attend.
-    Returns (output (..., n_q, d_v), weights (..., n_q, n_k)).
+    Returns (output (..., n_q, d_v), weights (..., n_q, n_k)). With no keys (n_k = 0) the
+    weights are (..., n_q, 0) and the output is 0.
     """
-    q = _as_float(q, "q")
-    k = _as_float(k, "k")
-    v = _as_float(v, "v")
+    q, k, v = V.real_array(q, "q"), V.real_array(k, "k"), V.real_array(v, "v")
     for name, a in (("q", q), ("k", k), ("v", v)):
-        if a.ndim < 2:
-            raise ValueError(f"{name} must have at least 2 axes (..., n, d), got shape {a.shape}")
-        _require_finite(a, name)
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share d_k (last axis): q is {q.shape}, k is {k.shape}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same number of keys (axis -2): k is {k.shape}, v is {v.shape}"
-        )
-    d_k = q.shape[-1]
+        V.rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
+    V.same_d_k(q.shape, k.shape)
+    V.same_keys(k.shape, v.shape)
+    lead = V.leading_axes({"q": q.shape, "k": k.shape, "v": v.shape})
+    V.finite_all({"q": q, "k": k, "v": v})
+    if mask is not None:
+        mask = V.mask(mask, lead + (q.shape[-2], k.shape[-2]))
+    result = _attention(q, k, v, mask)
+    if result is None:  # (the output, weighted means of v's rows, cannot overflow)
+        raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
+    return result
+
+
+def _attention(q, k, v, mask) -> tuple[np.ndarray, np.ndarray] | None:
+    """softmax(q k^T / sqrt(d_k), masked) v, unchecked; None when a score is not finite
+    (NaN or inf in q or k, or an overflow), for the caller to explain."""
     # Fold 1/sqrt(d_k) into q: it touches n_q*d_k numbers instead of n_q*n_k, and a Python
     # float keeps float32 inputs in float32 (np.sqrt would give a float64 scalar).
-    scores = (q * (1.0 / math.sqrt(d_k))) @ np.swapaxes(k, -1, -2)  # (..., n_q, n_k)
+    q = q * (1.0 / math.sqrt(q.shape[-1]))
+    if not V.scores_fit(q, k, V.largest_row_norm(q), V.largest_row_norm(k)):
+        return None
+    scores = q @ np.swapaxes(k, -1, -2)  # (..., n_q, n_k)
     if mask is not None:
-        mask = _check_mask(mask, scores.shape)
         np.copyto(scores, -np.inf, where=~mask)
     weights = _softmax_inplace(scores)  # (..., n_q, n_k)
     return weights @ v, weights
-
-
-def _check_mask(mask, scores_shape: tuple[int, ...]) -> np.ndarray:
-    mask = np.asarray(mask)
-    if mask.dtype != bool:
-        raise ValueError(
-            f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
-            "if 1 means 'may attend', pass mask.astype(bool)"
-        )
-    try:
-        broadcast = np.broadcast_shapes(mask.shape, scores_shape)
-    except ValueError:
-        broadcast = None
-    if broadcast != tuple(scores_shape):
-        raise ValueError(
-            f"mask of shape {mask.shape} cannot broadcast to the attention scores' shape "
-            f"{tuple(scores_shape)} (..., n_q, n_k)"
-        )
-    return mask
 
 
 # --------------------------------------------------------------------------- heads
@@ -138,18 +136,7 @@ def _check_mask(mask, scores_shape: tuple[int, ...]) -> np.ndarray:
 
 def valid_head_counts(d_model: int) -> list[int]:
     """The head counts that divide d_model evenly."""
-    return [h for h in range(1, d_model + 1) if d_model % h == 0]
-
-
-def _check_heads(d_model: int, n_heads: int) -> int:
-    if not isinstance(n_heads, int | np.integer) or n_heads < 1:
-        raise ValueError(f"n_heads must be a positive integer, got {n_heads!r}")
-    if d_model % n_heads:
-        raise ValueError(
-            f"d_model={d_model} is not divisible by n_heads={n_heads}; "
-            f"valid head counts for d_model={d_model} are {valid_head_counts(d_model)}"
-        )
-    return d_model // n_heads
+    return V.divisors(V.count(d_model, "d_model"))
 
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
@@ -159,17 +146,27 @@ def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     front of seq. Reshaping straight to (batch, heads, seq, d_k) would also run, but it
     would cut the *sequence* into pieces instead of the features.
     """
-    if x.ndim != 3:
-        raise ValueError(f"split_heads expects (batch, seq, d_model), got shape {x.shape}")
+    x = np.asarray(x)
+    V.rank(x, "x", (3,), "(batch, seq, d_model)")
+    V.heads(x.shape[2], n_heads)
+    return _split(x, n_heads)
+
+
+def _split(x: np.ndarray, n_heads: int) -> np.ndarray:
+    """split_heads without its checks, for callers that made them."""
     batch, seq, d_model = x.shape
-    d_k = _check_heads(d_model, n_heads)
-    return x.reshape(batch, seq, n_heads, d_k).transpose(0, 2, 1, 3)
+    return x.reshape(batch, seq, n_heads, d_model // n_heads).transpose(0, 2, 1, 3)
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """(batch, heads, seq, d_k) -> (batch, seq, heads * d_k): the concat of the heads."""
-    if x.ndim != 4:
-        raise ValueError(f"merge_heads expects (batch, heads, seq, d_k), got shape {x.shape}")
+    x = np.asarray(x)
+    V.rank(x, "x", (4,), "(batch, heads, seq, d_k)")
+    return _merge(x)
+
+
+def _merge(x: np.ndarray) -> np.ndarray:
+    """merge_heads without its check, for callers that made it."""
     batch, heads, seq, d_k = x.shape
     return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * d_k)
 
@@ -177,13 +174,21 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- parameters
 
 
-@dataclass
+@dataclass(frozen=True)
 class MHAParams:
     """Weights of one multi-head attention layer (row-vector convention: x @ W).
 
     W_q, W_k, W_v: (d_model, d_model); columns h*d_k:(h+1)*d_k belong to head h.
     W_o: (d_model, d_model), mixes the concatenated heads.
-    b_q, b_k, b_v, b_o: (d_model,) or None.
+    b_q, b_k, b_v, b_o: (d_model,), all four or none. A layer that lacks only some biases
+    (for example no b_k) is written with zeros for the missing ones: a zero bias is the same
+    as no bias. All-or-none is torch's rule too (``nn.MultiheadAttention(bias=...)``), and it
+    keeps one meaning for :attr:`has_bias` and the parameter count 4 d^2 (+ 4 d).
+
+    Lists are converted to arrays (integers to float64). The shapes, the bias rule and the
+    head count are checked here; the object is frozen, so they stay true (``dataclasses.
+    replace`` makes a changed copy, checked again). The numbers themselves can still be
+    changed in place, so every forward checks them for NaN and inf.
     """
 
     W_q: np.ndarray
@@ -197,19 +202,13 @@ class MHAParams:
     b_o: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        d = self.W_q.shape[0] if self.W_q.ndim == 2 else None
-        for name in ("W_q", "W_k", "W_v", "W_o"):
-            W = getattr(self, name)
-            if W.ndim != 2 or W.shape != (d, d):
-                raise ValueError(
-                    f"{name} must be square (d_model, d_model) like W_q {self.W_q.shape}, "
-                    f"got {W.shape}"
-                )
-        for name in ("b_q", "b_k", "b_v", "b_o"):
-            b = getattr(self, name)
-            if b is not None and b.shape != (d,):
-                raise ValueError(f"{name} must have shape ({d},), got {b.shape}")
-        _check_heads(d, self.n_heads)
+        weights, biases = V.param_fields(
+            {name: getattr(self, name) for name in V.WEIGHT_NAMES},
+            {name: getattr(self, name) for name in V.BIAS_NAMES},
+            self.n_heads,
+        )
+        for name, value in (weights | biases | {"n_heads": int(self.n_heads)}).items():
+            object.__setattr__(self, name, value)
 
     @property
     def d_model(self) -> int:
@@ -221,6 +220,7 @@ class MHAParams:
 
     @property
     def has_bias(self) -> bool:
+        """Whether the layer has its biases (all four: see the class docstring)."""
         return self.b_q is not None
 
 
@@ -237,7 +237,8 @@ def init_mha_params(
     usual start for training), so that code which mishandles a bias gives a visibly
     different answer.
     """
-    _check_heads(d_model, n_heads)
+    V.heads(d_model, n_heads)
+    dtype = V.float_dtype(dtype)
     limit = math.sqrt(6.0 / (2 * d_model))
 
     def weight():
@@ -278,29 +279,26 @@ def _project(x: np.ndarray, W: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     return y
 
 
-def _prepare(x_q, x_kv, params: MHAParams):
-    x_q = _as_float(x_q, "x_q")
-    x_kv = _as_float(x_kv, "x_kv")
-    if x_q.ndim not in (2, 3) or x_kv.ndim != x_q.ndim:
-        raise ValueError(
-            "x_q and x_kv must both be (batch, n, d_model) or both (n, d_model), "
-            f"got x_q {x_q.shape} and x_kv {x_kv.shape}"
-        )
-    unbatched = x_q.ndim == 2
-    if unbatched:
-        x_q, x_kv = x_q[None], x_kv[None]
-    d = params.d_model
-    for name, x in (("x_q", x_q), ("x_kv", x_kv)):
-        if x.shape[-1] != d:
-            raise ValueError(
-                f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but the parameters "
-                f"have d_model={d}"
-            )
-        if name == "x_q" or x is not x_q:  # self-attention: one array, checked once
-            _require_finite(x, name)
-    if x_q.shape[0] != x_kv.shape[0]:
-        raise ValueError(f"x_q and x_kv have different batch sizes: {x_q.shape} and {x_kv.shape}")
-    return x_q, x_kv, unbatched
+def _prepare(x_q, x_kv, params: MHAParams, mask):
+    """The checks every multi-head forward starts with: params, inputs (converted, with a
+    batch axis), mask (boolean, with four axes)."""
+    V.params(params)
+    x_q, x_kv, unbatched = V.mha_inputs(x_q, x_kv, params.d_model)
+    V.finite_inputs(x_q, x_kv)
+    return x_q, x_kv, _batched_mask(mask, x_q, x_kv, params.n_heads), unbatched
+
+
+def _empty_result(x_q, x_kv, params: MHAParams, need_weights: bool = True):
+    """The answer when batch, n_q or n_k is 0: every query attends to nothing, so its
+    output is b_o (0 without biases) and its weights, of which there are none, are 0."""
+    batch, n_q, d = x_q.shape
+    arrays = [x_q, x_kv] + [getattr(params, name) for name in V.PARAM_NAMES]
+    dtype = np.result_type(*(a for a in arrays if a is not None))
+    out = np.zeros((batch, n_q, d), dtype)
+    if params.b_o is not None:
+        out += params.b_o
+    weights = np.zeros((batch, params.n_heads, n_q, x_kv.shape[1]), dtype)
+    return out, weights if need_weights else None
 
 
 def multi_head_attention(
@@ -332,33 +330,39 @@ def multi_head_attention(
       once into the returned weights (the big array is touched once, not at every pass);
     - when every score is provably small (|score| <= |q_i| |k_j| by Cauchy-Schwarz, so
       the bound needs only the vectors' norms) exp cannot overflow or underflow and the
-      usual "subtract the row's maximum" passes are skipped; otherwise they run;
+      usual "subtract the row's maximum" passes are skipped; otherwise they run (and only
+      when the norms allow an overflow are the scores looked at for one);
     - with a mask, a block of query rows skips the keys after the last one any of its
       rows may attend to (with a causal mask, about half of the keys);
     - the rows are normalised after ``P @ V`` (n_q * d_k multiplications instead of
       n_q * n_k; the returned weights are normalised as they are written).
+
+    The contract all of lib's multi-head forwards keep (README, "Conventions"): the same
+    answer for every combination of options (biases or none, self- or cross-attention, any
+    broadcastable mask, float32/float64, lists or arrays); n_k = 0 gives weights
+    (batch, heads, n_q, 0) and the output b_o, n_q = 0 or batch = 0 empty outputs; NaN or
+    inf in the inputs or params, and products that overflow, raise ValueError naming the
+    array and where.
     """
     self_attention = x_q is x_kv
-    x_q, x_kv, unbatched = _prepare(x_q, x_kv, params)
-    _require_finite_params(params)
+    x_q, x_kv, mask, unbatched = _prepare(x_q, x_kv, params, mask)
     batch, n_q, d = x_q.shape
     n_k = x_kv.shape[1]
     h = params.n_heads
-    mask = _batched_mask(mask, x_q, x_kv, h)
-    # Overflow is checked below (queries and keys, then the output) and raised as an error
-    # that says what happened, so NumPy's own overflow warnings would only repeat it.
-    with np.errstate(over="ignore", invalid="ignore"):
-        q, k, v = _project_heads(x_q, x_kv, params, fuse=self_attention)  # (batch, heads, n, d_k)
-        heads = np.empty((batch, n_q, h, params.d_k), np.result_type(q, k, v))
-        weights = np.empty((batch, h, n_q, n_k), np.result_type(q, k)) if need_weights else None
-        _attend_in_blocks(q, k, v, mask, heads.transpose(0, 2, 1, 3), weights)
-        out = _project(heads.reshape(batch * n_q, d), params.W_o, params.b_o)
-    out = out.reshape(batch, n_q, d)
-    if not np.isfinite(out).all():  # finite inputs, but a product overflowed on the way
-        raise ValueError(
-            f"the output contains NaN or inf: the inputs or weights are too large for "
-            f"{out.dtype} (the values, their weighted sums or W_o's products overflowed)"
-        )
+    if batch * n_q * n_k == 0:
+        out, weights = _empty_result(x_q, x_kv, params, need_weights)
+    else:
+        # Inputs and weights are finite (checked above), so a NaN or inf met below is an
+        # overflow: V.mha_nonfinite explains it, and NumPy's warnings would only repeat it.
+        with np.errstate(over="ignore", invalid="ignore"):
+            q, k, v = _project_heads(x_q, x_kv, params, fuse=self_attention)  # (b, heads, n, d_k)
+            heads = np.empty((batch, n_q, h, params.d_k), np.result_type(q, k, v))
+            weights = np.empty((batch, h, n_q, n_k), np.result_type(q, k)) if need_weights else None
+            fine = _attend_in_blocks(q, k, v, mask, heads.transpose(0, 2, 1, 3), weights)
+            out = _project(heads.reshape(batch * n_q, d), params.W_o, params.b_o)
+        if not (fine and V.all_finite(out)):
+            V.mha_nonfinite(x_q, x_kv, params)
+        out = out.reshape(batch, n_q, d)
     if unbatched:
         return out[0], None if weights is None else weights[0]
     return out, weights
@@ -400,24 +404,19 @@ def _project_heads(x_q, x_kv, params: MHAParams, fuse: bool):
     return q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
 
 
-def _largest_norm(x: np.ndarray, name: str) -> float:
-    """max over rows of |x_row| for (batch, heads, n, d_k); raises on NaN/inf."""
-    norm = math.sqrt(float(np.einsum("bhnd,bhnd->bhn", x, x).max()))
-    if not math.isfinite(norm):
-        raise ValueError(
-            f"the projected {name} contain NaN or inf: the inputs or weights are too large "
-            f"for {x.dtype} (largest projected value {np.abs(x).max()})"
-        )
-    return norm
-
-
-def _attend_in_blocks(q, k, v, mask, heads_out, weights) -> None:
+def _attend_in_blocks(q, k, v, mask, heads_out, weights) -> bool:
     """softmax(q k^T, masked) v for blocks of (sequences, heads, query rows), into heads_out
-    (batch, heads, n_q, d_k) and, if it is not None, weights (batch, heads, n_q, n_k)."""
+    (batch, heads, n_q, d_k) and, if it is not None, weights (batch, heads, n_q, n_k).
+
+    Returns False, computing nothing, when a score would not be a finite number (NaN or inf
+    in q or k, or an overflow)."""
     batch, h, n_q, _ = q.shape
     n_k = k.shape[2]
     dtype = np.result_type(q, k)
-    small = _largest_norm(q, "queries") * _largest_norm(k, "keys") <= _SAFE_SCORE.get(dtype, 0)
+    q_norm, k_norm = V.largest_row_norm(q), V.largest_row_norm(k)
+    if not V.scores_fit(q, k, q_norm, k_norm):
+        return False
+    small = q_norm * k_norm <= _SAFE_SCORE.get(dtype, 0)
     k_t = k.transpose(0, 1, 3, 2)  # (batch, heads, d_k, n_k)
     add = reach = None
     if mask is not None:
@@ -425,6 +424,12 @@ def _attend_in_blocks(q, k, v, mask, heads_out, weights) -> None:
         # reach[..., i]: query i attends only among keys 0 .. reach - 1, so a block of rows
         # can leave out the keys after its largest reach (a causal mask halves the work).
         reach = np.where(mask.any(axis=-1), n_k - np.argmax(mask[..., ::-1], axis=-1), 0)
+        # The values of keys that no query reaches (padding, say) are never read below, so
+        # an overflow in them would go unseen; the other forwards multiply them by 0 and get
+        # NaN. Look at those values (none, with a causal mask), so that all forwards agree.
+        unread = np.arange(n_k) >= reach.max(axis=-1, keepdims=True)  # (b|1, h|1, n_k)
+        if unread.any() and not V.all_finite(v[np.broadcast_to(unread, v.shape[:3])]):
+            return False
     rows = max(1, min(n_q, _ROW_BLOCK_BYTES // dtype.itemsize // n_k))  # query rows per block
     group = _GROUP_BYTES // dtype.itemsize  # scores per block of whole score matrices
     hs = max(1, min(h, group // (n_q * n_k))) if rows == n_q else 1  # heads per block
@@ -465,6 +470,7 @@ def _attend_in_blocks(q, k, v, mask, heads_out, weights) -> None:
                 np.multiply(o, s, out=o)  # normalise after P @ V: d_k numbers per row, not n_k
                 if weights is not None:  # written once, from the block in cache
                     np.multiply(S, s, out=weights[seqs, heads, rs, :n_used])
+    return True
 
 
 def _block_of(a: np.ndarray, seqs: slice, heads: slice, rows: slice) -> np.ndarray:
@@ -475,13 +481,6 @@ def _block_of(a: np.ndarray, seqs: slice, heads: slice, rows: slice) -> np.ndarr
         heads if a.shape[1] > 1 else slice(None),
         rows if a.shape[2] > 1 else slice(None),
     ]
-
-
-def _require_finite_params(params: MHAParams) -> None:
-    for f in fields(params):
-        value = getattr(params, f.name)
-        if isinstance(value, np.ndarray):
-            _require_finite(value, f"params.{f.name}")
 
 
 def multi_head_attention_reshape(
@@ -495,15 +494,20 @@ def multi_head_attention_reshape(
     Project, split the heads by reshape/transpose, run scaled dot-product attention on
     all (batch, heads) at once, merge the heads, project by W_o. Kept as the readable
     reference the fast version is tested against, and for the loop-vs-reshape benchmark.
+    Same arguments, checks, empty-sequence answers and errors as the fast version.
     """
-    x_q, x_kv, unbatched = _prepare(x_q, x_kv, params)
+    x_q, x_kv, mask, unbatched = _prepare(x_q, x_kv, params, mask)
     h = params.n_heads
-    q = split_heads(_project(x_q, params.W_q, params.b_q), h)  # (batch, heads, n_q, d_k)
-    k = split_heads(_project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
-    v = split_heads(_project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
-    mask = _batched_mask(mask, x_q, x_kv, h)
-    heads, weights = scaled_dot_product_attention(q, k, v, mask)
-    out = _project(merge_heads(heads), params.W_o, params.b_o)  # (batch, n_q, d_model)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
+        q = _split(_project(x_q, params.W_q, params.b_q), h)  # (batch, heads, n_q, d_k)
+        k = _split(_project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
+        v = _split(_project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
+        result = _attention(q, k, v, mask)
+        if result is not None:
+            heads, weights = result
+            out = _project(_merge(heads), params.W_o, params.b_o)  # (batch, n_q, d_model)
+    if result is None or not V.all_finite(out):
+        V.mha_nonfinite(x_q, x_kv, params)
     return (out[0], weights[0]) if unbatched else (out, weights)
 
 
@@ -518,29 +522,33 @@ def multi_head_attention_per_head(
     Head h uses columns h*d_k:(h+1)*d_k of W_q, W_k, W_v (and of the biases); the heads'
     outputs are concatenated along the features and projected by W_o. Kept as a
     reference the reshape version is tested against, and for the loop-vs-reshape
-    benchmark.
+    benchmark. Same arguments, checks, empty-sequence answers and errors as the fast version.
     """
-    x_q, x_kv, unbatched = _prepare(x_q, x_kv, params)
-    mask = _batched_mask(mask, x_q, x_kv, params.n_heads)
+    x_q, x_kv, mask, unbatched = _prepare(x_q, x_kv, params, mask)
     if mask is not None:  # one (batch, n_q, n_k) slice per head
         mask = np.broadcast_to(mask, (x_q.shape[0], params.n_heads, x_q.shape[1], x_kv.shape[1]))
     d_k = params.d_k
     outputs, weights = [], []
-    for h in range(params.n_heads):
-        cols = slice(h * d_k, (h + 1) * d_k)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
+        for h in range(params.n_heads):
+            cols = slice(h * d_k, (h + 1) * d_k)
 
-        def head_bias(b, cols=cols):
-            return None if b is None else b[cols]
+            def head_bias(b, cols=cols):
+                return None if b is None else b[cols]
 
-        q = _project(x_q, params.W_q[:, cols], head_bias(params.b_q))  # (batch, n_q, d_k)
-        k = _project(x_kv, params.W_k[:, cols], head_bias(params.b_k))  # (batch, n_k, d_k)
-        v = _project(x_kv, params.W_v[:, cols], head_bias(params.b_v))  # (batch, n_k, d_k)
-        head_mask = None if mask is None else mask[:, h]
-        out_h, w_h = scaled_dot_product_attention(q, k, v, head_mask)
-        outputs.append(out_h)
-        weights.append(w_h)
-    concat = np.concatenate(outputs, axis=-1)  # (batch, n_q, d_model)
-    out = _project(concat, params.W_o, params.b_o)
+            q = _project(x_q, params.W_q[:, cols], head_bias(params.b_q))  # (batch, n_q, d_k)
+            k = _project(x_kv, params.W_k[:, cols], head_bias(params.b_k))  # (batch, n_k, d_k)
+            v = _project(x_kv, params.W_v[:, cols], head_bias(params.b_v))  # (batch, n_k, d_k)
+            result = _attention(q, k, v, None if mask is None else mask[:, h])
+            if result is None:
+                break
+            outputs.append(result[0])
+            weights.append(result[1])
+        else:
+            concat = np.concatenate(outputs, axis=-1)  # (batch, n_q, d_model)
+            out = _project(concat, params.W_o, params.b_o)
+    if result is None or not V.all_finite(out):
+        V.mha_nonfinite(x_q, x_kv, params)
     weights = np.stack(weights, axis=1)  # (batch, heads, n_q, n_k)
     return (out[0], weights[0]) if unbatched else (out, weights)
 
@@ -550,30 +558,5 @@ def _batched_mask(mask, x_q: np.ndarray, x_kv: np.ndarray, n_heads: int):
     if mask is None:
         return None
     scores_shape = (x_q.shape[0], n_heads, x_q.shape[1], x_kv.shape[1])
-    mask = _check_mask(mask, scores_shape)
+    mask = V.mask(mask, scores_shape, "(batch, heads, n_q, n_k)")
     return mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def _as_float(x, name: str) -> np.ndarray:
-    x = np.asarray(x)
-    if np.issubdtype(x.dtype, np.floating):
-        return x
-    if np.issubdtype(x.dtype, np.integer) or x.dtype == bool:
-        return x.astype(np.float64)
-    raise ValueError(f"{name} must hold real numbers, got dtype {x.dtype}")
-
-
-def _require_finite(x: np.ndarray, name: str) -> None:
-    if not np.isfinite(x).all():
-        where = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
-        raise ValueError(f"{name} contains NaN or inf (first at index {where}, shape {x.shape})")
-
-
-def _require_no_nan_or_posinf(x: np.ndarray, name: str) -> None:
-    bad = np.isnan(x) | np.isposinf(x)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"{name} contains NaN or +inf (first at index {where}, shape {x.shape})")

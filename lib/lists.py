@@ -8,7 +8,10 @@ Conventions (the same as the rest of the course):
 - row vectors: ``X @ W`` with ``W`` of shape (d_in, d_out);
 - masks hold booleans, ``True`` = "this query may attend to this key";
 - a query row that may attend to no key at all gets weights of 0 everywhere and an output
-  of 0 (see :func:`softmax`), never NaN.
+  of 0 (see :func:`softmax`), never NaN;
+- bad input raises ValueError worded as in the NumPy version (:mod:`lib._validate`): masks
+  must hold True/False, entries must be finite real numbers, and scores or outputs that
+  overflow are refused.
 """
 
 from __future__ import annotations
@@ -16,21 +19,18 @@ from __future__ import annotations
 import math
 import random
 
+from . import _validate as V_
+
 Matrix = list[list[float]]
 Mask = list[list[bool]]
 
 NEG_INF = float("-inf")
 
 
-def shape(A: Matrix) -> tuple[int, int]:
-    """(rows, cols) of a list-of-lists matrix; raise ValueError if it is ragged or empty."""
-    if not isinstance(A, list) or not A or not all(isinstance(row, list) for row in A):
-        raise ValueError("expected a non-empty list of rows (a list of lists)")
-    cols = len(A[0])
-    for i, row in enumerate(A):
-        if len(row) != cols:
-            raise ValueError(f"ragged matrix: row 0 has {cols} entries but row {i} has {len(row)}")
-    return len(A), cols
+def shape(A: Matrix, name: str = "matrix") -> tuple[int, int]:
+    """(rows, cols) of a list-of-lists matrix; raise ValueError if it is ragged or not a
+    list of lists. ``[]`` has 0 rows (and 0 columns)."""
+    return V_.list_shape(A, name)
 
 
 def zeros(rows: int, cols: int) -> Matrix:
@@ -78,10 +78,7 @@ def softmax(row: list[float]) -> list[float]:
     nothing it may attend to) returns all zeros: a defined "attend to nothing" rather than
     the 0/0 = NaN the textbook formula gives.
     """
-    if not row:
-        raise ValueError("softmax of an empty row")
-    if any(math.isnan(x) or x == math.inf for x in row):
-        raise ValueError(f"softmax: row contains NaN or +inf: {row}")
+    V_.list_row(row, "softmax input")
     finite = [x for x in row if x != NEG_INF]
     if not finite:
         return [0.0] * len(row)
@@ -93,6 +90,7 @@ def softmax(row: list[float]) -> list[float]:
 
 def causal_mask(n: int) -> Mask:
     """n x n mask: query i may attend to keys 0..i (itself and the past)."""
+    n = V_.count(n, "n", low=0)
     return [[j <= i for j in range(n)] for i in range(n)]
 
 
@@ -100,30 +98,59 @@ def attention(Q: Matrix, K: Matrix, V: Matrix, mask: Mask | None = None) -> tupl
     """Scaled dot-product attention on lists.
 
     Q: (n_q, d_k), K: (n_k, d_k), V: (n_k, d_v), mask: (n_q, n_k) booleans or None.
-    Returns (output (n_q, d_v), weights (n_q, n_k)).
+    Returns (output (n_q, d_v), weights (n_q, n_k)). ``Q = []`` (no queries) gives
+    ``([], [])``; with queries but no keys the output's width d_v is unknown (``V = []``
+    has no rows to tell it), so that is refused; :func:`multi_head_attention` knows d_v
+    from W_v and handles it.
     """
-    n_q, d_k = shape(Q)
-    n_k, d_k2 = shape(K)
-    n_v, _ = shape(V)
-    if d_k != d_k2:
-        raise ValueError(f"attention: Q is ({n_q}, {d_k}) but K is ({n_k}, {d_k2}); d_k differs")
-    if n_v != n_k:
-        raise ValueError(f"attention: K has {n_k} rows but V has {n_v}; they must match")
-    scores = scale(matmul(Q, transpose(K)), 1.0 / math.sqrt(d_k))  # (n_q, n_k)
+    n_q, d_k = _check_attention_inputs(Q, K, V, mask)
+    if n_q == 0:
+        return [], []
+    scores = _scores(Q, K, d_k, mask)
+    if scores is None:
+        raise V_.list_overflow(V_.SCORES, {"q": Q, "k": K})
+    weights = [softmax(row) for row in scores]  # (n_q, n_k)
+    return matmul(weights, V), weights  # weighted means of V's rows: they cannot overflow
+
+
+def _check_attention_inputs(Q, K, V, mask) -> tuple[int, int]:
+    n_q, d_k = V_.list_matrix(Q, "Q")
+    n_k, d_k2 = V_.list_matrix(K, "K")
+    n_v, d_v = V_.list_matrix(V, "V")
+    if n_q and n_k:
+        V_.same_d_k((n_q, d_k), (n_k, d_k2), ("Q", "K"))
+    V_.same_keys((n_k, d_k2), (n_v, d_v), ("K", "V"))
     if mask is not None:
-        if shape(mask) != (n_q, n_k):
-            raise ValueError(f"attention: mask must be ({n_q}, {n_k}), got {shape(mask)}")
+        V_.list_mask(mask, n_q, n_k)
+    if n_q and not n_k:
+        raise ValueError(
+            "attention on lists got queries but no keys (K = V = []): the output's width d_v "
+            "is unknown; multi_head_attention (which knows it from W_v) gives zeros"
+        )
+    return n_q, d_k
+
+
+def _scores(Q: Matrix, K: Matrix, d_k: int, mask: Mask | None) -> Matrix | None:
+    """Q K^T / sqrt(d_k) with masked entries set to -inf; None if a score overflows."""
+    scores = scale(matmul(Q, transpose(K)), 1.0 / math.sqrt(d_k))  # (n_q, n_k)
+    if not _all_finite(scores):
+        return None
+    if mask is not None:
         scores = [
             [s if allowed else NEG_INF for s, allowed in zip(srow, mrow, strict=True)]
             for srow, mrow in zip(scores, mask, strict=True)
         ]
-    weights = [softmax(row) for row in scores]  # (n_q, n_k)
-    return matmul(weights, V), weights
+    return scores
+
+
+def _all_finite(A: Matrix) -> bool:
+    return all(math.isfinite(x) for row in A for x in row)
 
 
 def split_columns(A: Matrix, n_parts: int) -> list[Matrix]:
     """Cut the columns of A into ``n_parts`` equal blocks (one per head)."""
     rows, cols = shape(A)
+    n_parts = V_.count(n_parts, "n_parts")
     if cols % n_parts:
         raise ValueError(f"cannot split {cols} columns into {n_parts} equal parts")
     width = cols // n_parts
@@ -154,16 +181,42 @@ def multi_head_attention(
     width d_k = d_model / n_heads; head h uses block h of W_q, W_k and W_v. The heads'
     outputs are concatenated and projected by W_o.
     Returns (output (n_q, d_model), [weights of head h (n_q, n_k) for each h]).
+    No keys (``X_kv = []``): every query attends to nothing, output 0 and weights with no
+    columns; no queries (``X_q = []``): an empty output. The inputs are checked as the NumPy
+    version checks them, with the same messages; the mask must hold True/False.
     """
-    _, d_model = shape(X_q)
-    if d_model % n_heads:
-        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-    Q_heads = split_columns(matmul(X_q, W_q), n_heads)
-    K_heads = split_columns(matmul(X_kv, W_k), n_heads)
-    V_heads = split_columns(matmul(X_kv, W_v), n_heads)
+    weights_in = {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o}
+    shapes = {name: V_.list_matrix(W, name) for name, W in weights_in.items()}
+    d_model = shapes["W_q"][0]
+    for name, shape in shapes.items():
+        V_.square(shape, name, d_model)
+    V_.heads(d_model, n_heads)
+    n_q, width_q = V_.list_matrix(X_q, "X_q")
+    n_k, width_kv = V_.list_matrix(X_kv, "X_kv")
+    for name, rows, width in (("X_q", n_q, width_q), ("X_kv", n_k, width_kv)):
+        if rows:
+            V_.width((rows, width), name, d_model)
+    if mask is not None:
+        V_.list_mask(mask, n_q, n_k)
+    if n_q == 0 or n_k == 0:
+        return zeros(n_q, d_model), [[[] for _ in range(n_q)] for _ in range(n_heads)]
+    Q, K, V = matmul(X_q, W_q), matmul(X_kv, W_k), matmul(X_kv, W_v)
+    for part, P, X, name in (("q", Q, X_q, "X_q"), ("k", K, X_kv, "X_kv"), ("v", V, X_kv, "X_kv")):
+        if not _all_finite(P):
+            W_name = "W_" + part
+            raise V_.list_overflow(
+                V_.stage(part, name, False), {name: X, W_name: weights_in[W_name]}
+            )
     outputs, weights = [], []
-    for Q_h, K_h, V_h in zip(Q_heads, K_heads, V_heads, strict=True):
-        out_h, w_h = attention(Q_h, K_h, V_h, mask)
-        outputs.append(out_h)
+    d_k = d_model // n_heads
+    for Q_h, K_h, V_h in zip(*(split_columns(P, n_heads) for P in (Q, K, V)), strict=True):
+        scores = _scores(Q_h, K_h, d_k, mask)
+        if scores is None:
+            raise V_.list_overflow(V_.SCORES, {"q": Q_h, "k": K_h})
+        w_h = [softmax(row) for row in scores]  # (n_q, n_k)
+        outputs.append(matmul(w_h, V_h))
         weights.append(w_h)
-    return matmul(concat_columns(outputs), W_o), weights
+    out = matmul(concat_columns(outputs), W_o)
+    if not _all_finite(out):
+        raise V_.list_overflow(V_.OUTPUT, {"v": V, "W_o": W_o})
+    return out, weights

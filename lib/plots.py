@@ -1,4 +1,9 @@
-"""Figures of attention heads (matplotlib): small, static, labelled.
+"""Figures of attention heads, and the course's one theme (notebook 04 on).
+
+:func:`use_course_theme` gives every figure the same look (seaborn's theme) and a size that
+is legible where it is shown: figures are drawn at :data:`FIGURE_DPI` pixels per inch and no
+text is smaller than :data:`SMALLEST_FONT_PT`, so at 100 % zoom in JupyterLab every label is
+at least 9 px tall. Statistical plots (spread over seeds, distributions) use seaborn.
 
 Heatmaps are drawn with ``imshow`` rather than seaborn's ``heatmap``: seaborn 0.13 redraws
 the whole figure for every panel, which made an 8-head grid take seconds.
@@ -11,6 +16,25 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+import seaborn as sns
+
+FIGURE_DPI = 100
+"""Pixels per inch of every figure shown (matplotlib's default for notebooks is 72)."""
+
+SMALLEST_FONT_PT = 7
+"""No text in a course figure is smaller: 7 pt at 100 dpi is 9.7 px."""
+
+
+def use_course_theme() -> None:
+    """Set the course's theme: seaborn's ``whitegrid`` style, colour-blind-safe palette,
+    fonts sized for figures of 6-10 inches at :data:`FIGURE_DPI`."""
+    sns.set_theme(
+        context="notebook",
+        style="whitegrid",
+        palette="colorblind",
+        font_scale=0.8,
+        rc={"figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI, "axes.titlesize": 10},
+    )
 
 
 def plot_attention(
@@ -37,8 +61,8 @@ def plot_attention(
     ax.set_yticks(np.arange(len(query_labels)), labels=list(query_labels))
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query")
-    ax.tick_params(axis="x", labelrotation=90, labelsize=7)
-    ax.tick_params(axis="y", labelrotation=0, labelsize=7)
+    ax.tick_params(axis="x", labelrotation=90, labelsize=SMALLEST_FONT_PT + 1)
+    ax.tick_params(axis="y", labelrotation=0, labelsize=SMALLEST_FONT_PT + 1)
     if title:
         ax.set_title(title, fontsize=9)
     return ax
@@ -95,7 +119,7 @@ def plot_head_entropy(
     ax.bar(np.arange(len(entropy)), entropy, color="tab:blue")
     if max_entropy is not None:
         ax.axhline(max_entropy, color="grey", linestyle="--", label="uniform attention")
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(loc="lower right")
     ax.set_xticks(np.arange(len(entropy)))
     ax.set_xlabel("head")
     ax.set_ylabel(ylabel)
@@ -121,9 +145,18 @@ def plot_head_similarity(similarity, ax=None, title=None):
 def _heatmap(ax, values, cmap: str, annotate: bool, cbar: bool = True) -> None:
     """Values in [0, 1] as coloured cells, optionally with the numbers written in."""
     image = ax.imshow(values, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+    ax.grid(False)  # the theme's grid lines would cross the cells
     if annotate:
         for (i, j), value in np.ndenumerate(values):
             colour = "white" if value > 0.6 else "black"
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6, color=colour)
+            ax.text(
+                j,
+                i,
+                f"{value:.2f}",
+                ha="center",
+                va="center",
+                fontsize=SMALLEST_FONT_PT,
+                color=colour,
+            )
     if cbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import _validate as V
 from .attention import MHAParams, causal_mask
 from .backprop import mha_backward, mha_forward, weight_gradient
 
@@ -83,13 +84,9 @@ def copy_offsets_task(
 
 
 def _check_task_args(n_seqs: int, seq_len: int, vocab_size: int) -> None:
-    for name, value, low in (
-        ("n_seqs", n_seqs, 1),
-        ("seq_len", seq_len, 2),
-        ("vocab_size", vocab_size, 2),
-    ):
-        if not isinstance(value, int | np.integer) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    V.count(n_seqs, "n_seqs", low=1)
+    V.count(seq_len, "seq_len", low=2)
+    V.count(vocab_size, "vocab_size", low=2)
 
 
 # --------------------------------------------------------------------------- the model
@@ -126,38 +123,63 @@ class TinyModel:
         return self.params["W_out"].shape[1] // self.n_slots
 
     def mha_params(self) -> MHAParams:
+        """The attention layer's weights, as MHAParams holding the arrays of ``params`` (the
+        same objects, so an optimiser's in-place updates show); built again, and checked,
+        whenever ``params`` holds other arrays or ``n_heads`` changed."""
         p = self.params
-        return MHAParams(
-            p["W_q"], p["W_k"], p["W_v"], p["W_o"], self.n_heads,
-            p["b_q"], p["b_k"], p["b_v"], p["b_o"],
-        )  # fmt: skip
+        built = self.__dict__.get("_mha_params")
+        if (
+            built is None
+            or built.n_heads != self.n_heads
+            or any(getattr(built, name) is not p[name] for name in V.PARAM_NAMES)
+        ):
+            built = MHAParams(
+                p["W_q"], p["W_k"], p["W_v"], p["W_o"], self.n_heads,
+                p["b_q"], p["b_k"], p["b_v"], p["b_o"],
+            )  # fmt: skip
+            self.__dict__["_mha_params"] = built
+        return built
 
     def forward(self, ids: np.ndarray, head_mask: np.ndarray | None = None):
         """Logits (batch, n, slots, classes), weights (batch, heads, n, n) and a cache."""
         ids = self._check_ids(ids)
         batch, n = ids.shape
+        # the other weights are checked by mha_forward
+        V.finite_all({name: self.params[name] for name in ("tok_emb", "pos_emb", "W_out", "b_out")})
         x = self.params["tok_emb"][ids] + self.params["pos_emb"][:n]  # (batch, n, d)
         a, weights, mha_cache = mha_forward(x, x, self.mha_params(), causal_mask(n), head_mask)
-        logits = a @ self.params["W_out"] + self.params["b_out"]  # (batch, n, slots * classes)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
+            logits = a @ self.params["W_out"] + self.params["b_out"]  # (batch, n, slots*classes)
+        if not V.all_finite(logits):
+            raise V.overflow("the logits a @ W_out + b_out", logits.dtype, {
+                "a": a, "W_out": self.params["W_out"], "b_out": self.params["b_out"]
+            })  # fmt: skip
         logits = logits.reshape(batch, n, self.n_slots, self.n_classes)
         return logits, weights, (ids, a, mha_cache)
 
     def backward(self, d_logits: np.ndarray, cache) -> dict[str, np.ndarray]:
         """Gradients of every parameter (and of the head mask) from dL/dlogits."""
+        d_logits = V.real_array(d_logits, "d_logits")
+        V.finite(d_logits, "d_logits")
+        return self._backward(d_logits, cache)
+
+    def _backward(self, d_logits: np.ndarray, cache) -> dict[str, np.ndarray]:
         ids, a, mha_cache = cache
         p = self.params
         d_logits = d_logits.reshape(*ids.shape, -1)  # (batch, n, slots * classes)
-        grads = {
-            "W_out": weight_gradient(a, d_logits),
-            "b_out": d_logits.sum(axis=(0, 1)),
-        }
-        mha_grads = mha_backward(d_logits @ p["W_out"].T, mha_cache)
+        mha_grads = mha_backward(d_logits @ p["W_out"].T, mha_cache)  # checked there
         d_x = mha_grads.pop("x_q") + mha_grads.pop("x_kv")  # self-attention: x is both
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
+            grads = {
+                "W_out": weight_gradient(a, d_logits),
+                "b_out": d_logits.sum(axis=(0, 1)),
+                "tok_emb": np.zeros_like(p["tok_emb"]),
+                "pos_emb": np.zeros_like(p["pos_emb"]),
+            }
+            np.add.at(grads["tok_emb"], ids, d_x)
+            grads["pos_emb"][: ids.shape[1]] = d_x.sum(axis=0)
+        V.gradients(grads, d_logits)
         grads.update(mha_grads)
-        grads["tok_emb"] = np.zeros_like(p["tok_emb"])
-        np.add.at(grads["tok_emb"], ids, d_x)
-        grads["pos_emb"] = np.zeros_like(p["pos_emb"])
-        grads["pos_emb"][: ids.shape[1]] = d_x.sum(axis=0)
         return grads
 
     def loss_and_grads(self, ids, targets, head_mask=None):
@@ -165,9 +187,9 @@ class TinyModel:
 
         targets: (batch, n, slots), or (batch, n) when the model has one slot.
         """
-        logits, _, cache = self.forward(ids, head_mask)
-        loss, d_logits = cross_entropy(logits, self._slotted(targets))
-        return loss, self.backward(d_logits, cache)
+        logits, _, cache = self.forward(ids, head_mask)  # finite: forward checked them
+        loss, d_logits = _cross_entropy(logits, self._slotted(targets))
+        return loss, self._backward(d_logits, cache)
 
     def predict(self, ids, head_mask=None) -> np.ndarray:
         """The most likely class of every answer, (batch, n, slots)."""
@@ -210,11 +232,11 @@ def init_tiny_model(
     dtype=np.float64,
 ) -> TinyModel:
     """Embeddings N(0, 1); square weights Glorot-uniform; readout N(0, 1/d); biases 0."""
-    if d_model % n_heads:
-        raise ValueError(
-            f"d_model={d_model} is not divisible by n_heads={n_heads}; valid head counts are "
-            f"{[h for h in range(1, d_model + 1) if d_model % h == 0]}"
-        )
+    V.heads(d_model, n_heads)
+    for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("n_classes", n_classes),
+                        ("n_slots", n_slots)):  # fmt: skip
+        V.count(value, name)
+    dtype = V.float_dtype(dtype)
     limit = math.sqrt(6.0 / (2 * d_model))
     p = {
         "tok_emb": rng.normal(0.0, 1.0, (vocab_size, d_model)),
@@ -237,7 +259,12 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
 
     logits (..., classes); targets (...) ints in 0..classes-1, or -1 for "not scored".
     """
-    logits = np.asarray(logits)
+    logits = V.real_array(logits, "logits")
+    V.finite(logits, "logits")
+    return _cross_entropy(logits, targets)
+
+
+def _cross_entropy(logits: np.ndarray, targets) -> tuple[float, np.ndarray]:
     targets = np.asarray(targets)
     if targets.shape != logits.shape[:-1]:
         raise ValueError(

@@ -12,13 +12,18 @@ The conventions that differ, all handled here:
   ``key_padding_mask`` (True = "this key is padding"). A boolean ``attn_mask`` of
   ``F.scaled_dot_product_attention`` means the same as ours (True = "takes part").
 
-torch is imported when these functions are first used, so ``import lib`` stays fast.
+- biases: ``nn.MultiheadAttention(bias=True)`` has all four (in_proj_bias and out_proj.bias),
+  ``bias=False`` none; :class:`lib.attention.MHAParams` has the same all-or-none rule.
+
+torch is imported when these functions are first used, so ``import lib`` stays fast. The
+inputs are checked as every attention function of lib checks them (:mod:`lib._validate`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _validate as V
 from . import attention as A
 
 
@@ -29,6 +34,7 @@ def pack_in_proj(params: A.MHAParams) -> tuple[np.ndarray, np.ndarray | None]:
     ``x @ in_proj_weight.T`` is ``[x @ W_q, x @ W_k, x @ W_v]`` side by side.
     in_proj_bias: (3 d_model,) = [b_q, b_k, b_v], or None without biases.
     """
+    V.params(params)
     weight = np.concatenate([params.W_q, params.W_k, params.W_v], axis=1).T
     if not params.has_bias:
         return np.ascontiguousarray(weight), None
@@ -40,10 +46,7 @@ def to_torch_attn_mask(mask: np.ndarray):
     ``nn.MultiheadAttention`` (True = may NOT attend): the same shape, inverted."""
     import torch
 
-    mask = np.asarray(mask)
-    if mask.dtype != bool:
-        raise ValueError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
-    return torch.from_numpy(~mask)
+    return torch.from_numpy(~V.bool_mask(mask))
 
 
 def to_torch_mha(params: A.MHAParams, dtype=None):
@@ -57,11 +60,11 @@ def to_torch_mha(params: A.MHAParams, dtype=None):
     import torch
     from torch import nn
 
+    weight, bias = pack_in_proj(params)  # checks params
     dtype = dtype or getattr(torch, np.dtype(params.W_q.dtype).name)
     module = nn.MultiheadAttention(
         params.d_model, params.n_heads, bias=params.has_bias, batch_first=True, dtype=dtype
     )
-    weight, bias = pack_in_proj(params)
     with torch.no_grad():
         module.in_proj_weight.copy_(torch.from_numpy(weight))
         module.out_proj.weight.copy_(torch.from_numpy(params.W_o.T.copy()))
@@ -88,4 +91,4 @@ def from_torch_mha(module) -> A.MHAParams:
         b = module.in_proj_bias.detach().cpu().numpy()
         biases = [b[:d].copy(), b[d : 2 * d].copy(), b[2 * d :].copy()]
         biases.append(module.out_proj.bias.detach().cpu().numpy().copy())
-    return A.MHAParams(W_q, W_k, W_v, W_o, module.num_heads, *biases)
+    return V.params(A.MHAParams(W_q, W_k, W_v, W_o, module.num_heads, *biases))

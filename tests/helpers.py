@@ -1,7 +1,5 @@
 """Helpers shared by the test files (not a test module itself)."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,19 +26,6 @@ def rejects(check, fn, *fragments):
 def stub(*args, **kwargs):
     """A student's exercise that has not been started."""
     raise NotImplementedError()
-
-
-# --------------------------------------------------------------------------- tools/
-
-
-def load_tool(name):
-    """tools/ is not a package: load tools/<name>.py by its path (once)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 # --------------------------------------------------------------------------- gradients

@@ -65,8 +65,9 @@ def test_causal_mask_square_and_rectangular():
     np.testing.assert_array_equal(
         A.causal_mask(2, 4), [[True, True, True, False], [True, True, True, True]]
     )
-    with pytest.raises(ValueError, match="n_q=0"):
-        A.causal_mask(0)
+    assert A.causal_mask(0).shape == (0, 0) and A.causal_mask(2, 0).shape == (2, 0)
+    with pytest.raises(ValueError, match="n_q must be an integer >= 0, got -1"):
+        A.causal_mask(-1)
 
 
 def test_padding_mask_shape_and_values():
@@ -208,16 +209,18 @@ def test_init_rejects_indivisible_heads():
         ValueError, match=r"d_model=10 is not divisible by n_heads=4.*\[1, 2, 5, 10\]"
     ):
         A.init_mha_params(10, 4, np.random.default_rng(0))
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match="n_heads must be an integer >= 1, got 0"):
         A.init_mha_params(8, 0, np.random.default_rng(0))
 
 
 def test_params_reject_wrong_shapes():
     W = np.zeros((4, 4))
-    with pytest.raises(ValueError, match=r"W_o must be square.*got \(4, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"W_o must be \(d_model, d_model\) = \(4, 4\), got \(4, 3\)"
+    ):
         A.MHAParams(W, W, W, np.zeros((4, 3)), n_heads=2)
-    with pytest.raises(ValueError, match=r"b_k must have shape \(4,\), got \(3,\)"):
-        A.MHAParams(W, W, W, W, n_heads=2, b_q=np.zeros(4), b_k=np.zeros(3))
+    with pytest.raises(ValueError, match=r"b_k must have shape \(d_model,\) = \(4,\), got \(3,\)"):
+        A.MHAParams(W, W, W, W, 2, np.zeros(4), np.zeros(3), np.zeros(4), np.zeros(4))
 
 
 # --------------------------------------------------------------------------- multi-head

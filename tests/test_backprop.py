@@ -172,12 +172,12 @@ def test_bad_inputs_name_the_shapes():
     with pytest.raises(ValueError, match=r"head_mask must have shape .*\(2,\).*got \(3,\)"):
         mha_forward(x_q, x_kv, params, mask, head_mask=np.ones(3))
     with pytest.raises(
-        ValueError, match=r"x_q must be \(batch, n, d_model=6\), got shape \(4, 6\)"
+        ValueError, match=r"x_q and x_kv must be \(batch, n, d_model\), got x_q \(4, 6\)"
     ):
         mha_forward(x_q[0], x_kv, params)
     with pytest.raises(ValueError, match="mask must be boolean"):
         mha_forward(x_q, x_kv, params, mask.astype(float))
-    with pytest.raises(ValueError, match=r"mask of shape \(3, 5\) does not broadcast"):
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 5\) cannot broadcast"):
         mha_forward(x_q, x_kv, params, np.ones((3, 5), dtype=bool))
     with pytest.raises(ValueError, match="contains NaN"):
         bad = x_q.copy()

@@ -9,6 +9,7 @@ from torch import nn
 
 from lib import checks
 from lib import torch_bridge as TB
+from lib.checks.nb08_pytorch import bridge_params
 
 
 @pytest.mark.parametrize(
@@ -126,7 +127,7 @@ def load(params, *, transpose_in=True, transpose_out=True, bias=True, batch_firs
 
 def test_load_into_torch_mistakes():
     check = checks.check_load_into_torch
-    load(checks._bridge_params(True))  # the helper itself runs
+    load(bridge_params(True))  # the helper itself runs
     rejects(check, lambda p: load(p, batch_first=False), "batch_first=True")
     rejects(check, lambda p: load(p, transpose_out=False), "W_o transposed")
     rejects(check, lambda p: load(p, bias=False), "biases are missing")

@@ -1,32 +1,295 @@
-"""tools/grade.py grades a submission with the source's own checks: an edited check cell is
-put back before it runs, and a deleted one counts as failed."""
+"""tools/grade.py: checks found by content or id, checks run where a submission cannot
+alter them, bad submissions scored 0 with the reason while the batch goes on, a notebook
+saved as nbformat 4.0 without cell ids, the gradebook, and the choice of cells to run."""
 
+import csv
+import json
 from pathlib import Path
 
 import nbformat
-from helpers import load_tool
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from tools import grade
+from tools import make_student as ms
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_attention_with_lists.ipynb"
 
+WRONG = "def {name}(row):\n    return [1.0] * len(row)  # does not sum to 1\n"
+RIGHT = "def {name}(row):\n    return L.softmax(row)\n"
 
-def test_grade_restores_checks_and_reports_each(tmp_path):
-    ms, grade = load_tool("make_student"), load_tool("grade")
+
+def course(tmp_path, n_exercises=1, name="90_tiny.ipynb"):
+    """A small course notebook: a set-up cell, then exercise/check pairs on the list softmax."""
+    cells = [
+        new_markdown_cell("# tiny"),
+        new_code_cell("from lib import checks\nfrom lib import lists as L"),
+    ]
+    for i in range(n_exercises):
+        cells.append(
+            new_code_cell(
+                f"def softmax_{i}(row):\n    ### BEGIN SOLUTION\n"
+                "    return L.softmax(row)\n    ### END SOLUTION"
+            )
+        )
+        cells.append(new_code_cell(f"checks.check_softmax_list(softmax_{i})"))
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    nbformat.write(nb, src / name)
+    return src / name
+
+
+def submit(tmp_path, source, student, bodies):
+    """The student version of ``source`` with exercise i's cell replaced by bodies[i]."""
+    nb, infos = ms.student_notebook(nbformat.read(source, as_version=4), source.name)
+    for info, body in zip([i for i in infos if i.is_exercise], bodies, strict=True):
+        nb.cells[info.index].source = body
+    folder = tmp_path / "submitted" / student
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / source.name)
+    return folder / source.name
+
+
+# --------------------------------------------------------------------------- checks found
+
+
+def test_checks_found_by_content_or_id_and_deleted_ones_fail(tmp_path):
     student, infos = ms.student_notebook(nbformat.read(NOTEBOOK, as_version=4), NOTEBOOK.name)
     exercises = [i.index for i in infos if i.is_exercise]
     checks = [i.index for i in infos if i.is_check]
-    assert len(exercises) == len(checks) == 3
-    # The student solves the causal mask, fakes the softmax check, deletes the last check.
+    # Solves the causal mask, fakes the softmax check (the cell keeps its id), re-types the
+    # mask's check in a new cell (new id), deletes the last check.
     student.cells[
         exercises[1]
     ].source = "def causal_mask(n):\n    return [[j <= i for j in range(n)] for i in range(n)]"
     student.cells[checks[0]].source = 'print("✓ softmax: all good")'
+    student.cells[checks[1]] = new_code_cell("checks.check_causal_mask_list( causal_mask )")
     del student.cells[checks[2]]
     path = tmp_path / NOTEBOOK.name
     nbformat.write(student, path)
 
-    results = grade.grade(path, NOTEBOOK)
-    assert [r.passed for r in results] == [False, True, False]
-    assert results[0].source.startswith("checks.check_softmax_list(")
-    assert "not implemented yet" in results[0].message
-    assert results[2].message == "the check cell was deleted"
+    result = grade.grade_notebook(path, NOTEBOOK, "x")
+    assert [c.passed for c in result.checks] == [False, True, False]
+    assert [c.found_by for c in result.checks] == ["id", "content", ""]
+    assert result.checks[0].check.startswith("checks.check_softmax_list(")
+    assert "not implemented yet" in result.checks[0].message
+    assert result.checks[2].message == "the check cell was deleted"
+    text = grade.describe(result)
+    assert "[check cell found by id]" in text and "2/3" not in text and "1/3" in text
+
+
+def test_a_notebook_saved_as_nbformat_4_0_without_ids_is_graded(tmp_path):
+    """Colab saves new notebooks as nbformat 4.0, whose cells have no ids."""
+    data = json.loads(NOTEBOOK.read_text())
+    data["nbformat_minor"] = 0
+    for cell in data["cells"]:
+        cell.pop("id", None)
+    path = tmp_path / NOTEBOOK.name
+    path.write_text(json.dumps(data))
+    result = grade.grade_notebook(path, NOTEBOOK, "colab")
+    assert result.status == "graded"
+    assert [(c.passed, c.found_by) for c in result.checks] == [(True, "content")] * 3
+
+
+# --------------------------------------------------------------------------- tampering
+
+TAMPERING = {
+    "reassign the check": "checks.check_softmax_list = lambda fn: print('✓ softmax')",
+    "patch lib.checks' core": (
+        "import lib.checks._core as core, lib.checks.nb01_lists as nb01\n"
+        "core.close = nb01.close = lambda *a, **k: True\n"
+        "core.diagnose = nb01.diagnose = lambda *a, **k: None\n"
+        "nb01.CheckFailed = core.CheckFailed = type('CheckFailed', (Exception,), {})\n"
+        "core.call = nb01.call = lambda fn, name, *args, **k: [1 / len(args[0])] * len(args[0])"
+    ),
+    "patch CheckFailed": (
+        "import lib.checks\n"
+        "class CheckFailed(BaseException):\n    pass\n"
+        "lib.checks.CheckFailed = CheckFailed\n"
+        "import lib.checks.nb01_lists as nb01\nnb01.CheckFailed = CheckFailed\n"
+        "import builtins\nbuiltins.AssertionError = KeyboardInterrupt"
+    ),
+    "replace sys.modules": (
+        "import sys, types\n"
+        "fake = types.ModuleType('lib.checks')\n"
+        "fake.check_softmax_list = lambda fn: None\n"
+        "sys.modules['lib.checks'] = fake\nimport lib\nlib.checks = fake\nchecks = fake"
+    ),
+    "a fake checks name": (
+        "class checks:\n    @staticmethod\n    def check_softmax_list(fn):\n        print('✓')"
+    ),
+    "patch numpy and lib's reference": (
+        "import numpy as np\nnp.allclose = lambda *a, **k: True\n"
+        "np.array_equal = lambda *a, **k: True\n"
+        "import lib.lists\nlib.lists.softmax = lambda row: [1.0] * len(row)\n"
+        "L.softmax = lib.lists.softmax"
+    ),
+}
+
+
+def test_tampering_cannot_make_a_wrong_answer_pass(tmp_path):
+    source = course(tmp_path, n_exercises=len(TAMPERING))
+    bodies = [
+        WRONG.format(name=f"softmax_{i}") + "\n" + code for i, code in enumerate(TAMPERING.values())
+    ]
+    path = submit(tmp_path, source, "mallory", bodies)
+
+    # In its own kernel, every route works: no check cell raises.
+    ran = nbformat.read(path, as_version=4)
+    NotebookClient(ran, kernel_name="python3", allow_errors=True, timeout=60).execute()
+    for cell in ran.cells:
+        if (
+            cell.cell_type == "code"
+            and "check_softmax_list" in cell.source
+            and "def " not in cell.source
+        ):
+            assert not [o for o in cell.outputs if o.output_type == "error"], cell.outputs
+
+    # The grader is not fooled by any of them.
+    result = grade.grade_notebook(path, source, "mallory")
+    assert result.status == "graded"
+    for route, check in zip(TAMPERING, result.checks, strict=True):
+        assert not check.passed, route
+        assert "should sum to 1, yours sum to 3" in check.message, (route, check.message)
+
+
+def test_a_right_answer_passes_and_student_errors_are_quoted(tmp_path):
+    source = course(tmp_path, n_exercises=3)
+    bodies = [
+        RIGHT.format(name="softmax_0"),
+        "def softmax_1(row):\n    return helper(row)\n\n"
+        "def helper(row):\n    raise NotImplementedError()",
+        "def softmax_2(row):\n    raise KeyError('oops')",
+    ]
+    result = grade.grade_notebook(submit(tmp_path, source, "amy", bodies), source, "amy")
+    assert [c.passed for c in result.checks] == [True, False, False]
+    assert "softmax calls helper, which is not implemented yet" in result.checks[1].message
+    assert "softmax raised KeyError: 'oops'" in result.checks[2].message
+
+
+# --------------------------------------------------------------------------- bad submissions
+
+
+def test_bad_submissions_score_0_with_the_reason_and_the_batch_goes_on(tmp_path):
+    source = course(tmp_path, name="90_tiny.ipynb")
+    right = [RIGHT.format(name="softmax_0")]
+    submit(tmp_path, source, "a_dies", [right[0] + "import os\nos._exit(1)"])
+    submit(tmp_path, source, "b_loops", [right[0] + "while True:\n    pass"])
+    submit(tmp_path, source, "c_good", right)
+    (tmp_path / "submitted" / "d_not_json").mkdir()
+    (tmp_path / "submitted" / "d_not_json" / source.name).write_text("print('hello')")
+    (tmp_path / "submitted" / "e_unreadable").mkdir()
+    (tmp_path / "submitted" / "e_unreadable" / source.name).write_bytes(b"\xff\xfe{\x00")
+    (tmp_path / "submitted" / "f_not_a_notebook").mkdir()
+    (tmp_path / "submitted" / "f_not_a_notebook" / source.name).write_text('{"cells": 3}')
+    submit(tmp_path, source, "g_slow_check", ["def softmax_0(row):\n    while True:\n        pass"])
+    submit(tmp_path, source, "h_good_too", right)
+    out = tmp_path / "grades"
+    code = grade.main(
+        [
+            str(tmp_path / "submitted"),
+            "--src",
+            str(source.parent),
+            "--out",
+            str(out),
+            "--jobs",
+            "2",
+            "--cell-timeout",
+            "3",
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    rows = {r["student"]: r for r in csv.DictReader(open(out / "gradebook.csv", encoding="utf-8"))}
+    assert {s: int(r["total"]) for s, r in rows.items()} == {
+        "a_dies": 0,
+        "b_loops": 0,
+        "c_good": 1,
+        "d_not_json": 0,
+        "e_unreadable": 0,
+        "f_not_a_notebook": 0,
+        "g_slow_check": 0,
+        "h_good_too": 1,
+    }
+    data = json.loads((out / "gradebook.json").read_text())
+    status = {s: (nbs[0]["status"], nbs[0]["reason"]) for s, nbs in data["notebooks"].items()}
+    assert status["a_dies"][0] == "kernel died"
+    assert status["b_loops"] == ("timeout", "cell 2 ran longer than 3 s")
+    assert status["d_not_json"][0] == "not a notebook" and "not JSON" in status["d_not_json"][1]
+    assert status["e_unreadable"][0] == "unreadable"
+    assert status["f_not_a_notebook"][0] == "not a notebook"
+    assert (
+        status["g_slow_check"][0] == "timeout" and "check_softmax_list" in status["g_slow_check"][1]
+    )
+    assert status["c_good"][0] == status["h_good_too"][0] == "graded"
+    assert "kernel died" in rows["a_dies"]["failures"]
+
+
+def test_missing_notebooks_are_listed_for_every_student(tmp_path):
+    one = course(tmp_path, name="90_tiny.ipynb")
+    two = course(tmp_path, name="91_tiny.ipynb")
+    submit(tmp_path, one, "ann", ["x = 1"])
+    submit(tmp_path, two, "ben", ["x = 1"])
+    found = grade.collect([tmp_path / "submitted"], one.parent)
+    assert [(s, p.name, p.exists()) for s, p in found] == [
+        ("ann", "90_tiny.ipynb", True),
+        ("ann", "91_tiny.ipynb", False),
+        ("ben", "90_tiny.ipynb", False),
+        ("ben", "91_tiny.ipynb", True),
+    ]
+    result = grade.grade_notebook(found[1][1], two, "ann")
+    assert (result.status, result.score, len(result.checks)) == ("missing", 0, 1)
+
+
+# --------------------------------------------------------------------------- gradebook
+
+
+def test_gradebook_has_a_row_per_student_a_column_per_exercise_and_the_messages():
+    def nb(student, notebook, passed, status="graded", reason=""):
+        checks = [
+            grade.CheckResult(f"f{i}", f"checks.check_x(f{i})", ok, "" if ok else f"bad f{i}")
+            for i, ok in enumerate(passed)
+        ]
+        return grade.NotebookResult(student, notebook, "", status, reason, checks)
+
+    results = [
+        nb("ann", "01_a.ipynb", [True, False]),
+        nb("ann", "02_b.ipynb", [True]),
+        nb("ben", "01_a.ipynb", [True, True]),
+        nb("ben", "02_b.ipynb", [True], status="timeout", reason="too slow"),
+    ]
+    columns, rows = grade.gradebook(results)
+    assert columns == ["student", "01_a:f0", "01_a:f1", "02_b:f0", "total", "max", "failures"]
+    assert [
+        (r["student"], r["01_a:f0"], r["01_a:f1"], r["02_b:f0"], r["total"], r["max"]) for r in rows
+    ] == [
+        ("ann", 1, 0, 1, 2, 3),
+        ("ben", 1, 1, 0, 2, 3),
+    ]
+    assert rows[0]["failures"] == ["01_a:f1: bad f1"]
+    assert rows[1]["failures"] == ["02_b:f0: timeout: too slow"]
+
+
+# --------------------------------------------------------------------------- which cells run
+
+
+def test_only_the_cells_the_checked_functions_need_are_run():
+    sources = [
+        "import numpy as np\nimport time",  # 0: needed (np)
+        "big = np.ones(10**9)",  # 1: not needed (nothing reads big)
+        "def helper(x):\n    return np.exp(x)",  # 2: needed by f
+        "def f(x):\n    return helper(x) / SCALE",  # 3: an older f, replaced by 5
+        "SCALE = 2\nt = time.time()",  # 4: needed (SCALE), and it reads time: cell 0
+        "def f(x):\n    return helper(x) / SCALE",  # 5: needed
+        None,  # 6: the check
+        "%timeit f(1)",  # 7: after the check
+    ]
+    assert grade.needed_cells(sources, {6: {"f"}}) == {0, 2, 4, 5}
+    assert grade.needed_cells(["def f(:", "x = 1"], {2: {"f"}}) == {0}  # unparsable: run

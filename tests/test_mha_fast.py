@@ -2,6 +2,7 @@
 against the plain reshape version notebook 03 derives."""
 
 import contextlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -138,20 +139,36 @@ def test_bad_parameters_and_overflow_are_reported(rng):
     with pytest.raises(ValueError, match=r"params.b_v contains NaN or inf \(first at index \(5,\)"):
         A.multi_head_attention(x, x, params)
     params = A.init_mha_params(8, 2, rng, dtype=np.float32)
-    with pytest.raises(ValueError, match=r"projected queries contain NaN or inf.*float32"):
-        A.multi_head_attention(np.full((1, 3, 8), 1e30, np.float32), x.astype(np.float32), params)
+    huge = np.full((1, 3, 8), 1e30, np.float32)
+    with pytest.raises(ValueError, match=r"the queries x_q @ W_q overflow float32"):
+        A.multi_head_attention(huge, x.astype(np.float32), replace(params, W_q=params.W_q * 1e10))
+
+
+def test_huge_queries_whose_scores_fit_are_not_an_error(rng):
+    """|q|^2 overflows float32 here, but every score q . k is finite: a valid input (the
+    softmax is one-hot), which the reshape version computes the same."""
+    params = A.init_mha_params(8, 2, rng, dtype=np.float32)
+    x = rng.normal(size=(1, 3, 8)).astype(np.float32)
+    huge = np.full((1, 3, 8), 1e30, np.float32)
+    out, w = A.multi_head_attention(huge, x, params)
+    want_out, want_w = A.multi_head_attention_reshape(huge, x, params)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(w, want_w, atol=1e-6)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-5)
 
 
 def test_overflow_in_the_values_or_output_is_reported(rng):
     """Finite inputs and weights whose products overflow float32 in V or in W_o: an error
-    naming the dtype, never an output holding inf or NaN."""
+    naming the arrays and the dtype, never an output holding inf or NaN."""
     x = 1.0 + rng.uniform(size=(1, 3, 8)).astype(np.float32)  # all positive: sums can't cancel
     params = A.init_mha_params(8, 2, rng, dtype=np.float32)
     params.W_v[:] = 1e38  # every value is 8 * 1e38 * x > float32's max; queries, keys small
-    with pytest.raises(ValueError, match=r"output contains NaN or inf.*float32"):
+    with pytest.raises(
+        ValueError, match=r"the values x_kv @ W_v overflow float32.*\|W_v\| = 1e\+38"
+    ):
         A.multi_head_attention(x, x, params)
     params = A.init_mha_params(8, 2, rng, dtype=np.float32)
     params.W_v[:] = np.abs(params.W_v)  # positive head outputs, so each output sums
     params.W_o[:] = 3e38  # 8 positive terms of about 3e38: finite heads, overflowing output
-    with pytest.raises(ValueError, match=r"output contains NaN or inf.*float32"):
+    with pytest.raises(ValueError, match=r"the output .* overflow float32.*\|W_o\| = 3e\+38"):
         A.multi_head_attention(x, x, params)

@@ -14,9 +14,10 @@ import tomllib
 
 import nbformat
 import pytest
-from helpers import ROOT, load_tool
+from helpers import ROOT
 
-links = load_tool("notebook_links")
+from tools import notebook_links as links
+
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 PUBLISHED = links.Repository("course-owner", "mha-course")
 

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import load_tool
 from nbclient import NotebookClient
+
+from tools import make_student as ms
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -28,9 +29,6 @@ SOURCES = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 BEGIN = {"### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS"}
 END = {"### END SOLUTION", "### END HIDDEN TESTS"}
 STUB_LINES = {"# YOUR CODE HERE", "raise NotImplementedError()"}
-
-
-ms = load_tool("make_student")
 
 
 @pytest.fixture(scope="module")

@@ -147,7 +147,7 @@ def test_model_bad_inputs():
         model.forward(np.zeros((1, 8), dtype=int))
     with pytest.raises(ValueError, match=r"ids must be integers of shape \(batch, n\)"):
         model.forward(np.zeros((1, 3)))
-    with pytest.raises(ValueError, match="valid head counts are"):
+    with pytest.raises(ValueError, match="valid head counts for d_model=6 are"):
         T.init_tiny_model(5, 7, 6, 4, 4, np.random.default_rng(0))
 
 

@@ -1,6 +1,7 @@
 """Run every notebook in JupyterLab in a real, headless browser (`make test-browser`).
 
-    python tools/browser_test.py [--only 03 07 ...] [--no-self-checks]
+    python -m tools.browser_test [--only 03 07 ...] [--no-self-checks]
+    (or python tools/browser_test.py: it imports nothing from tools/)
 
 What a learner does, done by a program:
 

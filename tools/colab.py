@@ -15,7 +15,9 @@
    (``tools/colab_run.py`` does this inside the environment). Then it checks that nothing
    that was installed before changed, uninstalls what the set-up cell added, and compares
    every stored output with what ran, as strict nbval would.
-5. Runs one notebook again as Colab saves notebooks (nbformat 4.0, no cell ids).
+5. Checks that a failed exercise check shows as one line under Colab's IPython 7.34.
+6. Runs one notebook again as Colab saves notebooks (nbformat 4.0, no cell ids), and grades
+   the result with ``tools.grade`` as an instructor would: every check must pass.
 
 It fails if a cell raises, if the set-up cell changed an installed package, or if a stored
 output differs (each difference is printed). The report is also written to
@@ -175,6 +177,20 @@ def build_wheel() -> Path:
     return wheel
 
 
+def graded_in_full(notebook: Path) -> bool:
+    """Grade a notebook saved as Colab saves it; True if every check passed."""
+    out = BUILD / "grades"
+    shutil.rmtree(out, ignore_errors=True)
+    grade = [sys.executable, "-m", "tools.grade", str(notebook), "--out", str(out), "--quiet"]
+    subprocess.run(grade, cwd=ROOT, capture_output=True, text=True)
+    book = json.loads((out / "gradebook.json").read_text()) if out.exists() else {"rows": []}
+    rows = book["rows"]
+    passed = bool(rows) and all(r["total"] == r["max"] > 0 for r in rows)
+    score = f"{rows[0]['total']}/{rows[0]['max']}" if rows else "not graded"
+    log(f"{notebook.name} saved as Colab saves it, graded by tools.grade: {score} checks passed")
+    return passed
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", help="the Python to build the environment with")
@@ -185,7 +201,9 @@ def main(argv=None) -> int:
     started = time.monotonic()
 
     python, version = find_python(args.python)
-    if not version.startswith("3.13."):
+    if args.python:
+        log(f"using the requested Python {version} (Colab runs 3.13)")
+    elif not version.startswith("3.13."):
         log(f"Python 3.13 (Colab's) not found; using Python {version} instead")
     env_python = build_env(python, version, args.env.resolve())
     for note in report_versions(env_python):
@@ -236,13 +254,18 @@ def main(argv=None) -> int:
     runs = [(str(p), "as stored") for p in notebooks]
     if not args.only or SAVED_BY_COLAB[:2] in args.only:
         runs.append((str(ROOT / "notebooks" / SAVED_BY_COLAB), "as Colab saves it"))
+    shutil.rmtree(BUILD / "executed", ignore_errors=True)
     report_path = BUILD / "report.json"
     command = [str(env_python), str(ROOT / "tools" / "colab_run.py"), "--wheel", str(wheel)]
     command += ["--report", str(report_path), "--out", str(BUILD / "executed")]
+    command += ["--check-display"]
     for path, how in runs:
         command += ["--colab-saved", path] if how == "as Colab saves it" else [path]
     run = subprocess.run(command, cwd=BUILD)
     failed |= run.returncode != 0
+    saved = BUILD / "executed" / "colab-saved" / SAVED_BY_COLAB
+    if saved.exists():
+        failed |= not graded_in_full(saved)
     log(f"{'FAILED' if failed else 'passed'} in {time.monotonic() - started:.0f} s")
     return 1 if failed else 0
 

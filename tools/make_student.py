@@ -1,8 +1,9 @@
 """Write the student release of the course's notebooks (`make student`).
 
-    python tools/make_student.py [--src notebooks] [--out build/student] [--nbgrader DIR]
+    python -m tools.make_student [--src notebooks] [--out build/student] [--nbgrader DIR]
 
-For every notebook in ``--src`` it writes a student version to ``--out``:
+For every notebook in ``--src`` it writes a student version to ``--out`` (``build/student``
+unless ``--nbgrader`` is given alone):
 
 - in code cells, every region between a line ``### BEGIN SOLUTION`` and a line
   ``### END SOLUTION`` (markers included) becomes nbgrader's stub, indented like the
@@ -23,10 +24,13 @@ a missing ``END``, an ``END`` without ``BEGIN``, a nested ``BEGIN`` and a cell t
 exercise and a check are errors naming the notebook and the cell, because each of them
 would either leak a solution or hand out a broken notebook.
 
-``--nbgrader DIR`` also writes copies of the *source* notebooks with the cell metadata that
+``--nbgrader DIR`` writes copies of the *source* notebooks with the cell metadata that
 nbgrader's ``generate_assignment`` needs (exercise cells: autograded answers; check cells:
 autograder tests worth one point each). The course's own notebooks carry no nbgrader
-metadata; cells that already have some keep it.
+metadata; cells that already have some keep it. DIR is usually a folder of an nbgrader
+course (``source/<assignment>``) that holds other files too, so only the notebooks named
+like the course's are written there and nothing else in DIR is touched or removed; and
+``--nbgrader`` alone does not rebuild the student release (give ``--out`` as well for both).
 
 Only the standard library and nbformat are used, so the script runs in the course's
 environment. The conventions are written down in docs/instructor_guide.md.
@@ -252,13 +256,17 @@ def build(src: Path, out: Path) -> list[tuple[Path, Path]]:
 
 
 def build_nbgrader(src: Path, out: Path) -> list[Path]:
-    """Write copies of the source notebooks with nbgrader metadata to ``out``."""
+    """Write copies of the source notebooks with nbgrader metadata to ``out``.
+
+    Other files in ``out`` are left alone: nothing is removed, and only the notebooks of
+    ``src`` (same file names) are written.
+    """
     notebooks = []
     for path in _notebooks(src):
         nb = nbgrader_notebook(nbformat.read(path, as_version=4), path.name)
         nbformat.validate(nb)
         notebooks.append((out / path.name, nb))
-    _clear_old(out)
+    out.mkdir(parents=True, exist_ok=True)  # only once every notebook was transformed
     for target, nb in notebooks:
         nbformat.write(nb, target)
     return [target for target, _ in notebooks]
@@ -268,16 +276,26 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(__file__).resolve().parents[1]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", type=Path, default=root / "notebooks")
-    parser.add_argument("--out", type=Path, default=root / "build" / "student")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="write the student release here (default: build/student, unless --nbgrader is "
+        "given alone)",
+    )
     parser.add_argument(
         "--nbgrader",
         type=Path,
         metavar="DIR",
-        help="also write the source notebooks with nbgrader metadata to DIR",
+        help="write the source notebooks with nbgrader metadata to DIR (other files in DIR "
+        "are left alone)",
     )
     args = parser.parse_args(argv)
+    if args.out is None and args.nbgrader is None:
+        args.out = root / "build" / "student"
+    pairs = []
     try:
-        pairs = build(args.src, args.out)
+        if args.out is not None:
+            pairs = build(args.src, args.out)
         if args.nbgrader:
             build_nbgrader(args.src, args.nbgrader)
     except MarkerError as exc:

@@ -1,0 +1,481 @@
+"""The checks every attention entry point of ``lib`` runs on its inputs: one function per rule,
+one wording per message.
+
+Each entry point (the NumPy forwards of :mod:`lib.attention`, :mod:`lib.backprop`,
+:mod:`lib.tiny`, the list version :mod:`lib.lists`, :mod:`lib.torch_bridge`) calls these
+functions instead of checking in its own words, so that the same mistake gets the same
+``ValueError`` wherever it is made. The rules (the README's "Conventions" says them once for
+users):
+
+- counts (head counts, d_model, lengths) are whole numbers: ``int`` or a NumPy integer, never
+  ``bool`` or ``float``, and at least 1 (0 where an empty sequence is allowed);
+- arrays hold real numbers: lists and tuples are converted, floating arrays keep their dtype,
+  integer arrays become float64; booleans, complex numbers, strings and objects are refused;
+- NaN and +-inf are refused wherever they appear (inputs, weights, biases, gradients), with
+  the array's name and the index of the first one; so are finite numbers whose products
+  overflow the dtype (the projections, the scores, the output), with the arrays involved
+  and where their largest entries are;
+- masks are boolean, True = may attend, and broadcast to the scores without growing them;
+- ``MHAParams`` holds square (d_model, d_model) weights and either all four biases or none.
+
+Every entry point checks its inputs and parameters for NaN and inf before computing (one
+pass over each, the cheapest there is), then checks its result once: a NaN or inf there can
+only be an overflow, which :func:`mha_nonfinite` explains. The
+scores are checked only when the norms of the queries and keys say they could overflow
+(:func:`scores_fit`), so the fast path pays no pass over them.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+PARAM_NAMES = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
+WEIGHT_NAMES = PARAM_NAMES[:4]
+BIAS_NAMES = PARAM_NAMES[4:]
+
+# --------------------------------------------------------------------------- counts
+
+
+def count(value, name: str, low: int = 1) -> int:
+    """A whole number >= ``low``: an ``int`` or NumPy integer, not a bool or a float."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+        raise ValueError(
+            f"{name} must be an integer >= {low}, got {value!r} ({type(value).__name__})"
+        )
+    if value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def divisors(n: int) -> list[int]:
+    return [h for h in range(1, n + 1) if n % h == 0]
+
+
+def heads(d_model, n_heads) -> int:
+    """d_k = d_model / n_heads, for a d_model >= 1 and a head count that divides it."""
+    d_model = count(d_model, "d_model")
+    n_heads = count(n_heads, "n_heads")
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model={d_model} is not divisible by n_heads={n_heads}; "
+            f"valid head counts for d_model={d_model} are {divisors(d_model)}"
+        )
+    return d_model // n_heads
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def real_array(x, name: str) -> np.ndarray:
+    """``x`` as a NumPy array of real numbers (lists converted; integers become float64)."""
+    if not isinstance(x, np.ndarray):
+        try:
+            x = np.asarray(x)
+        except ValueError:  # ragged nested lists
+            raise ValueError(
+                f"{name} must be a rectangular array of real numbers; its rows have "
+                "different lengths"
+            ) from None
+    kind = x.dtype.kind
+    if kind == "f":
+        return x
+    if kind in "iu":
+        return x.astype(np.float64)
+    what = "booleans (is it a mask?)" if kind == "b" else f"dtype {x.dtype}"
+    raise ValueError(f"{name} must hold real numbers, got {what}")
+
+
+def rank(x: np.ndarray, name: str, ndims, layout: str) -> None:
+    """``x.ndim`` is in ``ndims`` (a tuple, or a range for "at least"); ``layout`` names the
+    axes, e.g. '(batch, n, d_model)'."""
+    if x.ndim not in ndims:
+        raise ValueError(f"{name} must be {layout}, got shape {x.shape}")
+
+
+def float_dtype(dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        raise ValueError(f"dtype must be a floating-point dtype (float32, float64), got {dtype}")
+    return dtype
+
+
+def all_finite(x: np.ndarray) -> bool:
+    """No NaN and no +-inf in ``x`` (the test every check of finiteness uses)."""
+    return bool(np.logical_and.reduce(np.isfinite(x), axis=None))
+
+
+def finite(x: np.ndarray, name: str) -> None:
+    """No NaN and no +-inf in ``x``; the message gives the index of the first one."""
+    if not all_finite(x):
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
+        raise ValueError(_nonfinite(name, where, x.shape))
+
+
+def finite_all(arrays: dict[str, np.ndarray]) -> None:
+    """:func:`finite` for several arrays; small ones are checked in one pass (a model's
+    many small weights cost one call instead of one each)."""
+    if not _finite_together(list(arrays.values())):
+        for name, a in arrays.items():
+            finite(a, name)
+
+
+def _finite_together(arrays: list[np.ndarray]) -> bool:
+    """True when every array is finite, in one pass when together they are small; False
+    when some may not be (the caller then looks at each, to name it)."""
+    if sum(a.size for a in arrays) > _ONE_PASS:
+        return False
+    return all_finite(np.concatenate([a.ravel() for a in arrays]))
+
+
+_ONE_PASS = 1 << 16  # numbers: below this, copying them into one array is the cheaper way
+
+
+def _nonfinite(name: str, where: tuple, shape: tuple) -> str:
+    return f"{name} contains NaN or inf (first at index {where}, shape {tuple(shape)})"
+
+
+def no_nan_or_posinf(x: np.ndarray, name: str) -> None:
+    """For scores, where -inf means "masked": NaN and +inf are refused."""
+    bad = np.isnan(x) | np.isposinf(x)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name} contains NaN or +inf (first at index {where}, shape {x.shape})")
+
+
+def overflow(what: str, dtype, operands: dict[str, np.ndarray]) -> ValueError:
+    """The error for finite numbers whose products overflow ``dtype``: it names the arrays
+    involved and where their largest entries are. Returned, for the caller to raise."""
+    parts = []
+    for name, a in operands.items():
+        a = np.asarray(a)
+        if a.size:
+            where = np.unravel_index(int(np.argmax(np.abs(a))), a.shape)
+            biggest = float(np.abs(a[where]))
+            parts.append(f"largest |{name}| = {biggest:.3g} at {tuple(int(i) for i in where)}")
+    dtype = np.dtype(dtype)
+    fix = "scale them down" + (", or compute in float64" if dtype.itemsize < 8 else "")
+    return ValueError(f"{what} overflow {dtype.name} ({'; '.join(parts)}): {fix}")
+
+
+def same_d_k(q_shape, k_shape, names=("q", "k")) -> None:
+    """q and k share d_k >= 1 (their last axis)."""
+    if q_shape[-1] != k_shape[-1] or q_shape[-1] < 1:
+        a, b = names
+        raise ValueError(
+            f"{a} and {b} must share d_k >= 1 (last axis): {a} is {tuple(q_shape)}, "
+            f"{b} is {tuple(k_shape)}"
+        )
+
+
+def leading_axes(shapes: dict[str, tuple]) -> tuple[int, ...]:
+    """The leading (batch) axes of q, k, v, broadcast together."""
+    try:
+        return np.broadcast_shapes(*(s[:-2] for s in shapes.values()))
+    except ValueError:
+        listed = ", ".join(f"{name} is {tuple(s)}" for name, s in shapes.items())
+        raise ValueError(
+            f"the leading (batch) axes of {', '.join(shapes)} must broadcast together: {listed}"
+        ) from None
+
+
+def same_keys(k_shape, v_shape, names=("k", "v")) -> None:
+    if k_shape[-2] != v_shape[-2]:
+        a, b = names
+        raise ValueError(
+            f"{a} and {b} must have the same number of keys (axis -2): {a} is {tuple(k_shape)}, "
+            f"{b} is {tuple(v_shape)}"
+        )
+
+
+# --------------------------------------------------------------------------- masks
+
+_CONVERT = {
+    "array": (
+        "An additive mask (0 = attend, -inf = blocked) converts with `mask == 0`; a boolean "
+        "mask with True = blocked (torch's attn_mask, key_padding_mask) with `~mask`; a 0/1 "
+        "mask with 1 = attend with `mask.astype(bool)`"
+    ),
+    "list": (
+        "An additive mask (0 = attend, -inf = blocked) converts with "
+        "`[[x == 0 for x in row] for row in mask]`; a 0/1 mask with 1 = attend with "
+        "`[[x == 1 for x in row] for row in mask]`"
+    ),
+}
+
+
+def _not_boolean(got: str, kind: str) -> ValueError:
+    return ValueError(f"mask must be boolean, True = may attend, got {got}. {_CONVERT[kind]}.")
+
+
+def bool_mask(mask) -> np.ndarray:
+    """``mask`` as a boolean array; any other dtype is refused, saying how to convert."""
+    mask = np.asarray(mask)
+    if mask.dtype != bool:
+        raise _not_boolean(f"dtype {mask.dtype}", "array")
+    return mask
+
+
+def mask(mask, scores_shape: tuple[int, ...], axes: str = "(..., n_q, n_k)") -> np.ndarray:
+    """A boolean mask that broadcasts to the scores' shape without growing it."""
+    mask = bool_mask(mask)
+    try:
+        grown = np.broadcast_shapes(mask.shape, scores_shape)
+    except ValueError:
+        grown = None
+    if grown != tuple(scores_shape):
+        raise ValueError(
+            f"mask of shape {mask.shape} cannot broadcast to the attention scores' shape "
+            f"{tuple(scores_shape)} {axes}"
+        )
+    return mask
+
+
+def list_mask(mask, n_q: int, n_k: int) -> None:
+    """A list mask: (n_q, n_k) lists of True/False (the list version does not broadcast)."""
+    rows, cols = list_matrix(mask, "mask", booleans=True)
+    if rows != n_q or (rows and cols != n_k):  # [] is a mask of 0 rows, whatever n_k is
+        raise ValueError(
+            f"mask of shape {(rows, cols)} does not match the attention scores' shape "
+            f"{(n_q, n_k)} (n_q, n_k)"
+        )
+
+
+# --------------------------------------------------------------------------- lists
+
+
+def list_matrix(A, name: str, booleans: bool = False) -> tuple[int, int]:
+    """(rows, cols) of a list-of-lists matrix of finite real numbers (or of True/False, with
+    ``booleans``). ``[]`` is a matrix with no rows; its number of columns is 0."""
+    rows, cols = list_shape(A, name)
+    for i, row in enumerate(A):
+        for j, value in enumerate(row):
+            is_bool = isinstance(value, bool | np.bool_)
+            if booleans and not is_bool:
+                raise _not_boolean(f"{value!r} ({type(value).__name__}) at index {(i, j)}", "list")
+            if not booleans and (is_bool or not isinstance(value, numbers.Real)):
+                raise ValueError(
+                    f"{name} must hold real numbers, got {value!r} ({type(value).__name__}) "
+                    f"at index {(i, j)}"
+                )
+            if not booleans and not math.isfinite(value):
+                raise ValueError(_nonfinite(name, (i, j), (rows, cols)))
+    return rows, cols
+
+
+def list_shape(A, name: str) -> tuple[int, int]:
+    """(rows, cols) of a list of equally long lists, entries unchecked (see list_matrix)."""
+    if isinstance(A, np.ndarray):
+        raise ValueError(
+            f"{name} must be a list of rows (lists), got a NumPy array: pass {name}.tolist()"
+        )
+    if not isinstance(A, list) or not all(isinstance(row, list) for row in A):
+        raise ValueError(f"{name} must be a list of rows (lists), got {type(A).__name__}")
+    cols = len(A[0]) if A else 0
+    for i, row in enumerate(A):
+        if len(row) != cols:
+            raise ValueError(
+                f"{name} is ragged: row 0 has {cols} entries but row {i} has {len(row)}"
+            )
+    return len(A), cols
+
+
+def list_row(row, name: str) -> None:
+    """A list of real numbers for a softmax: -inf (masked) allowed, NaN and +inf not."""
+    if not isinstance(row, list):
+        raise ValueError(f"{name} must be a list of numbers, got {type(row).__name__}")
+    for j, value in enumerate(row):
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+            raise ValueError(
+                f"{name} must hold real numbers, got {value!r} ({type(value).__name__}) "
+                f"at index {(j,)}"
+            )
+        if math.isnan(value) or value == math.inf:
+            raise ValueError(
+                f"{name} contains NaN or +inf (first at index {(j,)}, shape {(len(row),)})"
+            )
+
+
+def list_overflow(what: str, operands: dict[str, list]) -> ValueError:
+    """:func:`overflow` for list matrices (Python floats are float64)."""
+    return overflow(what, np.float64, {n: np.array(m, dtype=float) for n, m in operands.items()})
+
+
+# --------------------------------------------------------------------------- multi-head
+
+
+def mha_inputs(x_q, x_kv, d_model: int, unbatched: bool = True):
+    """x_q, x_kv as real arrays of shape (batch, n, d_model), and whether they came unbatched.
+
+    Self-attention (``x_q is x_kv``) converts once and returns one array for both.
+    """
+    same = x_kv is x_q
+    x_q = real_array(x_q, "x_q")
+    x_kv = x_q if same else real_array(x_kv, "x_kv")
+    layouts = (
+        "both (batch, n, d_model) or both (n, d_model)" if unbatched else "(batch, n, d_model)"
+    )
+    if x_q.ndim not in ((2, 3) if unbatched else (3,)) or x_kv.ndim != x_q.ndim:
+        raise ValueError(
+            f"x_q and x_kv must be {layouts}, got x_q {x_q.shape} and x_kv {x_kv.shape}"
+        )
+    was_unbatched = x_q.ndim == 2
+    if was_unbatched:
+        x_q = x_q[None]
+        x_kv = x_q if same else x_kv[None]
+    width(x_q.shape, "x_q", d_model)
+    width(x_kv.shape, "x_kv", d_model)
+    if x_q.shape[0] != x_kv.shape[0]:
+        raise ValueError(f"x_q and x_kv have different batch sizes: {x_q.shape} and {x_kv.shape}")
+    return x_q, x_kv, was_unbatched
+
+
+def width(shape: tuple, name: str, d_model: int) -> None:
+    """An input's last axis is the parameters' d_model."""
+    if shape[-1] != d_model:
+        raise ValueError(
+            f"{name} has d_model={shape[-1]} (shape {tuple(shape)}) but the parameters "
+            f"have d_model={d_model}"
+        )
+
+
+def square(shape: tuple, name: str, d: int) -> None:
+    """A projection's weight is (d_model, d_model)."""
+    if tuple(shape) != (d, d):
+        raise ValueError(f"{name} must be (d_model, d_model) = ({d}, {d}), got {tuple(shape)}")
+
+
+def stage(part: str, x_name: str, bias: bool) -> str:
+    """How overflow messages name a projection: 'the queries x_q @ W_q + b_q'."""
+    what = {"q": "queries", "k": "keys", "v": "values"}[part]
+    return f"the {what} {x_name} @ W_{part}" + (f" + b_{part}" if bias else "")
+
+
+SCORES = "the scores q k^T / sqrt(d_k)"
+OUTPUT = "the output (the weighted sums of the values, then @ W_o + b_o)"
+
+
+def param_fields(weights: dict, biases: dict, n_heads) -> tuple[dict, dict]:
+    """The fields of an MHAParams, checked and converted: square (d_model, d_model) weights,
+    biases (d_model,) given all four or none, a head count that divides d_model."""
+    weights = {name: real_array(W, name) for name, W in weights.items()}
+    d = weights["W_q"].shape[0] if weights["W_q"].ndim else 0
+    for name, W in weights.items():
+        square(W.shape, name, d)
+    given = [name for name, b in biases.items() if b is not None]
+    if given and len(given) != len(biases):
+        missing = [name for name in biases if name not in given]
+        raise ValueError(
+            f"MHAParams takes all four biases or none, got {', '.join(given)} without "
+            f"{', '.join(missing)}: pass np.zeros(d_model) for a bias the layer does not have "
+            "(a zero bias is the same as no bias)"
+        )
+    biases = {name: None if b is None else real_array(b, name) for name, b in biases.items()}
+    for name, b in biases.items():
+        if b is not None and b.shape != (d,):
+            raise ValueError(f"{name} must have shape (d_model,) = ({d},), got {b.shape}")
+    heads(d, n_heads)
+    return weights, biases
+
+
+def params(p):
+    """``p`` is an MHAParams whose weights and biases hold no NaN or inf.
+
+    Shapes and the all-or-none rule for biases were checked when it was built (it is frozen);
+    the values can still change in place, so they are checked at every call.
+    """
+    from .attention import MHAParams
+
+    if not isinstance(p, MHAParams):
+        raise ValueError(
+            f"params must be an MHAParams (see lib.attention.init_mha_params), got "
+            f"{type(p).__name__}"
+        )
+    arrays = [p.W_q, p.W_k, p.W_v, p.W_o]
+    if p.b_q is not None:
+        arrays += [p.b_q, p.b_k, p.b_v, p.b_o]
+    if not _finite_together(arrays):
+        for name, a in zip(PARAM_NAMES, arrays, strict=False):
+            finite(a, f"params.{name}")
+    return p
+
+
+def finite_inputs(x_q: np.ndarray, x_kv: np.ndarray) -> None:
+    """No NaN or inf in the inputs of a multi-head forward (one array: self-attention)."""
+    finite_all({"x_q": x_q} if x_kv is x_q else {"x_q": x_q, "x_kv": x_kv})
+
+
+def head_mask(head_mask, batch: int, n_heads: int, dtype) -> np.ndarray:
+    """One factor per head, (heads,) or (batch, heads), finite; all ones when None."""
+    if head_mask is None:
+        return np.ones(n_heads, dtype=dtype)
+    head_mask = real_array(head_mask, "head_mask").astype(dtype, copy=False)
+    if head_mask.shape not in ((n_heads,), (batch, n_heads)):
+        raise ValueError(
+            f"head_mask must have shape (heads,) = ({n_heads},) or (batch, heads) = "
+            f"({batch}, {n_heads}), got {head_mask.shape}"
+        )
+    finite(head_mask, "head_mask")
+    return head_mask
+
+
+def largest_row_norm(x: np.ndarray) -> float:
+    """max over the rows (last axis) of |x_row|; NaN or inf when x holds them (or |x|^2
+    overflows)."""
+    if x.size == 0:
+        return 0.0
+    return math.sqrt(float(np.einsum("...d,...d->...", x, x).max()))
+
+
+def scores_fit(q: np.ndarray, k: np.ndarray, q_norm: float, k_norm: float) -> bool:
+    """Whether every score q_i . k_j (q already scaled) is a finite number: for every pair,
+    masked or not, so that all forwards agree whichever pairs they compute.
+
+    |q_i . k_j| <= |q_i| |k_j| (Cauchy-Schwarz), so when the product of the largest norms is
+    well below the dtype's maximum no score can overflow and nothing more is computed; only
+    otherwise (an inf in q or k from an overflowed projection, or huge values) are the
+    scores computed and looked at.
+    """
+    limit = 0.25 * float(np.finfo(np.result_type(q, k)).max)
+    if q_norm * k_norm <= limit:
+        return True
+    with np.errstate(all="ignore"):
+        return all_finite(q @ np.swapaxes(k, -1, -2))
+
+
+def mha_nonfinite(x_q: np.ndarray, x_kv: np.ndarray, p) -> None:
+    """Raise the ValueError that explains a NaN or inf met in a multi-head forward whose
+    inputs and parameters were checked finite: the first stage whose finite operands
+    overflowed (the projections, the scores, the output), with the arrays involved.
+    x_q, x_kv: (batch, n, d_model).
+    """
+    dtype = np.result_type(x_q, x_kv, *(getattr(p, n) for n in WEIGHT_NAMES))
+    h, d_k = p.n_heads, p.d_k
+    with np.errstate(all="ignore"):
+        projected = {}
+        for part, x, x_name in (("q", x_q, "x_q"), ("k", x_kv, "x_kv"), ("v", x_kv, "x_kv")):
+            W, b = getattr(p, "W_" + part), getattr(p, "b_" + part)
+            y = x @ W if b is None else x @ W + b
+            if not all_finite(y):
+                names = {x_name: x, f"W_{part}": W} | ({} if b is None else {f"b_{part}": b})
+                raise overflow(stage(part, x_name, b is not None), dtype, names)
+            projected[part] = y.reshape(*y.shape[:2], h, d_k).swapaxes(1, 2)
+        q, k = projected["q"] * (1.0 / math.sqrt(d_k)), projected["k"]
+        if not all_finite(q @ k.swapaxes(-1, -2)):
+            raise overflow(SCORES, dtype, {"q": q, "k": k})
+    raise overflow(
+        OUTPUT,
+        dtype,
+        {"v": projected["v"], "W_o": p.W_o} | ({} if p.b_o is None else {"b_o": p.b_o}),
+    )
+
+
+def gradients(grads: dict[str, np.ndarray], d_out: np.ndarray) -> None:
+    """Gradients computed from finite numbers can still overflow: refuse them, by name."""
+    if _finite_together(list(grads.values())):
+        return
+    for name, g in grads.items():
+        if not all_finite(g):
+            raise overflow(f"the gradient of {name} (from d_out)", g.dtype, {"d_out": d_out})

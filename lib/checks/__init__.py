@@ -1,0 +1,56 @@
+"""Checks for the exercises in the notebooks (``from lib import checks``).
+
+Each ``check_*`` function calls a student's implementation on fixed inputs (at least two
+shapes, and inputs where numerical instability shows when stability is the point) and
+compares the result with lib's reference. On success it prints one line starting with "✓".
+On failure it raises :class:`CheckFailed` with one sentence the student can act on: where
+the answer matches a known mistake (a missing 1/sqrt(d_k), softmax over the wrong axis, a
+mask the wrong way round, ...) the sentence names that mistake; otherwise it says which
+property is broken (shape, rows not summing to 1, ...). Messages never contain the
+solution's code. In Jupyter a failed check shows as that one line, not a traceback.
+
+One module per notebook (``nb01_lists`` ... ``nb08_pytorch``), all built on ``_core``:
+``CheckFailed``, the call wrapper ``call`` and the mistake table ``diagnose``.
+"""
+
+from ._core import CheckFailed
+from .nb01_lists import check_attention_list, check_causal_mask_list, check_softmax_list
+from .nb02_numpy import check_attention, check_padding_mask, check_softmax
+from .nb03_multi_head import check_merge_heads, check_param_count, check_split_heads
+from .nb04_heads import check_entropy, check_head_similarity, check_previous_token_score
+from .nb05_training import check_adam_step, check_cross_entropy_grad, check_softmax_backward
+from .nb06_pruning import check_ablation_drops, check_gradient_importance, check_spearman
+from .nb07_pretrained import (
+    check_coreference_accuracy,
+    check_find_previous_token_head,
+    check_target_score,
+)
+from .nb08_pytorch import check_load_into_torch, check_pack_in_proj, check_torch_attn_mask
+
+__all__ = [
+    "CheckFailed",
+    "check_ablation_drops",
+    "check_adam_step",
+    "check_attention",
+    "check_attention_list",
+    "check_causal_mask_list",
+    "check_coreference_accuracy",
+    "check_cross_entropy_grad",
+    "check_entropy",
+    "check_find_previous_token_head",
+    "check_gradient_importance",
+    "check_head_similarity",
+    "check_load_into_torch",
+    "check_merge_heads",
+    "check_pack_in_proj",
+    "check_padding_mask",
+    "check_param_count",
+    "check_previous_token_score",
+    "check_softmax",
+    "check_softmax_backward",
+    "check_softmax_list",
+    "check_spearman",
+    "check_split_heads",
+    "check_target_score",
+    "check_torch_attn_mask",
+]

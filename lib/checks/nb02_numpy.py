@@ -1,0 +1,256 @@
+"""Checks of notebook 02 (attention with NumPy): the vectorised stable softmax, batched
+scaled dot-product attention, and the padding mask."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .. import attention as A
+from ._core import (
+    CheckFailed,
+    as_array,
+    call,
+    close,
+    diagnose,
+    expect_shape,
+    passed,
+    same_array,
+    same_unstable,
+)
+from .nb01_lists import check_attention_result
+
+
+def _exp_normalise(shifted):
+    e = np.exp(shifted)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+# Rows where instability shows (see notebook 01's check): near +1000, near -1000, far apart
+# in three ways that tell a shift by the row's minimum, mean or first score from the right
+# one (the maximum), and an ordinary row, where a shift by the whole array's maximum shows.
+_UNSTABLE = np.array(
+    [
+        [1000.0, 1001.0, 999.0, 1000.5],
+        [-1000.0, -1001.0, -999.0, -1000.5],
+        [-800.0, 0.0, 800.0, 1.0],  # overflows after a shift by min, mean or first score
+        [-750.0, 0.0, 1.0, 2.0],  # ... by min or first score
+        [5.0, 0.0, -740.0, 1.0],  # ... by min only
+        [0.5, -1.0, 2.0, 0.0],
+    ]
+)
+
+
+def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Exercise (notebook 02): vectorised, stable softmax over the last axis."""
+    name = "softmax"
+    axis_hint = (
+        np.exceptions.AxisError,
+        lambda exc: (
+            f"{name} raised AxisError ({exc}): the input may have any number of "
+            "axes; take the softmax over the last one, axis=-1."
+        ),
+    )
+
+    def run(arr):
+        with np.errstate(all="ignore"):
+            got = as_array(call(softmax_fn, name, arr.copy(), hints=[axis_hint]), name)
+        expect_shape(got, arr.shape, name, "an output (the input's shape)")
+        return got
+
+    rng = np.random.default_rng(0)
+    for shape in ((3, 4, 5), (4, 7)):
+        x = rng.normal(size=shape)
+        got = run(x)
+        if close(got, A.softmax(x)):
+            continue
+        e = np.exp(x)
+        diagnose(
+            got,
+            [
+                (
+                    lambda e=e: e / e.sum(axis=-2, keepdims=True),
+                    f"{name}: your columns sum to 1 but your rows do not: normalise over the "
+                    "last axis (axis=-1).",
+                ),
+                (
+                    lambda e=e: e / e.sum(axis=0, keepdims=True),
+                    f"{name}: you normalised over axis 0; normalise over the last axis (axis=-1).",
+                ),
+                (
+                    lambda e=e: e / e.sum(),
+                    f"{name}: you divided by the sum of the whole array; divide each "
+                    "row by its own sum (axis=-1, keepdims=True).",
+                ),
+            ],
+        )
+        sums = got.sum(axis=-1)
+        if not np.allclose(sums, 1.0):
+            raise CheckFailed(
+                f"{name}: each row (last axis) should sum to 1; one sums to "
+                f"{sums.flat[np.argmax(np.abs(sums - 1))]:.4g}."
+            )
+        raise CheckFailed(f"{name}: rows sum to 1 but the values are wrong.")
+
+    for x in (_UNSTABLE, _UNSTABLE[[2, 5, 0, 4, 3, 1]].reshape(2, 3, 4)):
+        got = run(x)
+        if close(got, A.softmax(x)):
+            continue
+        diagnose(
+            got,
+            [
+                (
+                    lambda x=x: _exp_normalise(x),
+                    f"{name}: scores near 1000 give NaN/inf (exp overflows) and scores near "
+                    "-1000 give 0 / 0; subtract the largest score of each row before np.exp.",
+                ),
+                (
+                    lambda x=x: _exp_normalise(x - x.min(axis=-1, keepdims=True)),
+                    f"{name}: you subtracted each row's minimum: a row whose scores are far "
+                    "apart (-800 ... 800) still overflows; subtract each row's maximum, so "
+                    "that every exponent is at most 0.",
+                ),
+                (
+                    lambda x=x: _exp_normalise(x - x.mean(axis=-1, keepdims=True)),
+                    f"{name}: you subtracted each row's mean: a row whose scores are far "
+                    "apart (-800 ... 800) still overflows; subtract each row's maximum.",
+                ),
+                (
+                    lambda x=x: _exp_normalise(x - x[..., :1]),
+                    f"{name}: you subtracted each row's first score: a row whose scores are "
+                    "far apart still overflows; subtract each row's maximum.",
+                ),
+                (
+                    lambda x=x: _exp_normalise(x - x.max()),
+                    f"{name}: a row far below the others gives 0 / 0; subtract each "
+                    "row's own maximum (keepdims=True), not the maximum of the whole array.",
+                ),
+            ],
+            same=same_unstable(),
+        )
+        if not np.isfinite(got).all():
+            raise CheckFailed(
+                f"{name}: scores of size 1000 or far apart give NaN/inf; subtract each row's "
+                "largest score before np.exp."
+            )
+        raise CheckFailed(
+            f"{name}: wrong weights for scores of size 1000 or far apart; subtract each row's "
+            "largest score before np.exp."
+        )
+
+    masked = np.array([[0.3, -np.inf, 1.2], [-np.inf, -np.inf, -np.inf]])
+    got = run(masked)
+    if not close(got[0], A.softmax(masked[0])):
+        raise CheckFailed(f"{name}: -inf entries (masked keys) must get weight exactly 0.")
+    if not close(got[1], np.zeros(3)):
+        raise CheckFailed(
+            f"{name}: a row that is entirely -inf must give zeros, not "
+            f"{np.round(got[1], 4).tolist()}; guard the all-masked case."
+        )
+    passed(
+        "softmax: rows sum to 1, stable for large and far-apart scores, masked entries 0, "
+        "all-masked rows 0."
+    )
+
+
+def check_attention(attention_fn: Callable) -> None:
+    """Exercise (notebook 02): attention(q, k, v, mask=None) on NumPy arrays, batched."""
+    name = "scaled_dot_product_attention"
+    rng = np.random.default_rng(2)
+    cases = [
+        ((5,), 5, 5, 4, 4, False),
+        ((2,), 4, 6, 3, 2, True),
+        ((2, 3), 4, 4, 8, 5, True),
+    ]
+    for lead, n_q, n_k, d_k, d_v, masked in cases:
+        q = rng.normal(size=lead + (n_q, d_k))
+        k = rng.normal(size=lead + (n_k, d_k))
+        v = rng.normal(size=lead + (n_k, d_v))
+        mask = A.causal_mask(n_q, n_k) if masked else None
+        result = call(
+            attention_fn,
+            name,
+            q,
+            k,
+            v,
+            mask,
+            hints=[
+                (
+                    ValueError,
+                    lambda exc, q=q, k=k: (
+                        f"{name} raised ValueError ({exc}) for q {q.shape}, "
+                        f"k {k.shape}: if it comes from transposing k, note that k.T reverses "
+                        "every axis of a batched array; transpose only the last two axes of k."
+                    ),
+                )
+            ],
+        )
+        check_attention_result(result, q, k, v, mask, name, use_lists=False)
+    passed(
+        "scaled_dot_product_attention: right for batched inputs, n_q != n_k, with and "
+        "without a causal mask."
+    )
+
+
+def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarray]) -> None:
+    """Exercise (notebook 02): padding mask of shape (batch, 1, 1, n_k)."""
+    name = "padding_mask"
+    list_hint = (
+        TypeError,
+        lambda exc: (
+            f"{name} raised TypeError ({exc}): lengths may arrive as a Python list, "
+            "which cannot be indexed or compared like an array; convert it to an array first."
+        ),
+    )
+    for lengths, n_k in (([3, 5, 1], 5), ([0, 2, 4, 1], 4)):
+        try:
+            got = np.asarray(call(padding_mask_fn, name, list(lengths), n_k, hints=[list_hint]))
+        except ValueError:
+            raise CheckFailed(
+                f"{name}: expected one row of n_k={n_k} booleans per sequence, shape "
+                "(batch, 1, 1, n_k); yours cannot be read as a rectangular array."
+            ) from None
+        expected = A.padding_mask(lengths, n_k)
+        if got.shape == (len(lengths), n_k):
+            raise CheckFailed(
+                f"{name}: expected shape (batch, 1, 1, n_k) = {expected.shape} so that "
+                f"the mask broadcasts over heads and queries; got {got.shape}."
+            )
+        expect_shape(got, expected.shape, name, "a mask")
+        if got.dtype != bool:
+            raise CheckFailed(f"{name}: use booleans (True = may attend), got {got.dtype}.")
+        if np.array_equal(got, expected):
+            continue
+        arr = np.array(lengths)
+        diagnose(
+            got,
+            [
+                (
+                    ~expected,
+                    f"{name}: your mask is the wrong way round: True must mark real tokens "
+                    "(may attend) and False the padding.",
+                ),
+                (
+                    A.padding_mask(np.minimum(arr + 1, n_k), n_k),
+                    f"{name}: off by one: a sequence of length L has real keys 0..L-1, "
+                    "so key L is already padding.",
+                ),
+                (
+                    A.padding_mask(np.maximum(arr - 1, 0), n_k),
+                    f"{name}: off by one: a sequence of length L has L real keys, "
+                    "0..L-1; you marked only L-1.",
+                ),
+            ],
+            same=same_array,
+        )
+        if 0 in lengths:
+            raise CheckFailed(
+                f"{name}: wrong for lengths {lengths} with n_k={n_k}: a sequence of "
+                "length 0 has no real key."
+            )
+        raise CheckFailed(
+            f"{name}: wrong for lengths {lengths}: key j of sequence b is real "
+            "exactly when j < lengths[b]."
+        )
+    passed("padding_mask: real keys True, padding False, shape (batch, 1, 1, n_k).")

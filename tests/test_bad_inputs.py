@@ -1,0 +1,555 @@
+"""Bad input, the same rules for every public entry point: a table of (function, rule) ->
+the exception and fragments of its message (or None: the input is accepted, e.g. lists
+where arrays are expected).
+
+Every row builds its inputs when it runs and calls the library through its modules'
+attributes, so tests/test_validation_mutants.py can run the same table with one
+validation call of lib deleted and see a row fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lib import attention as A
+from lib import backprop as B
+from lib import lists as L
+from lib import tiny as T
+
+
+@dataclass(frozen=True)
+class Row:
+    function: str
+    rule: str
+    call: Any  # no arguments; raises, or returns for an accepted input
+    error: type[Exception] | None  # None: the input is accepted
+    fragments: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return f"{self.function}: {self.rule}"
+
+
+def failure(row: Row) -> str | None:
+    """Why the row does not hold (None when it does)."""
+    try:
+        row.call()
+    except Exception as exc:  # noqa: BLE001 - any other exception is the row failing
+        if row.error is None or not isinstance(exc, row.error):
+            return f"raised {type(exc).__name__}: {exc}"
+        missing = [f for f in row.fragments if f not in str(exc)]
+        return f"message {str(exc)!r} lacks {missing}" if missing else None
+    return None if row.error is None else f"did not raise {row.error.__name__}"
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def rng():
+    return np.random.default_rng(1234)
+
+
+def params(bias=True, dtype=np.float64, d=8, h=2, **changes) -> A.MHAParams:
+    p = A.init_mha_params(d, h, rng(), bias=bias, dtype=dtype)
+    return dataclasses.replace(p, **changes) if changes else p
+
+
+def x(shape=(2, 3, 8), dtype=np.float64, at=None, value=np.nan):
+    a = np.random.default_rng(5).normal(size=shape).astype(dtype)
+    if at is not None:
+        a[at] = value
+    return a
+
+
+def with_value(array_name: str, at, value=np.nan, **kw) -> A.MHAParams:
+    """Params whose array is changed in place after being built (as training might)."""
+    p = params(**kw)
+    getattr(p, array_name)[at] = value
+    return p
+
+
+def huge(shape, value, dtype=np.float32):
+    return np.full(shape, value, dtype)
+
+
+def identity_qk_params() -> A.MHAParams:
+    """float32, W_q = W_k = I: a score is q . k / sqrt(d_k) of the inputs themselves."""
+    eye = np.eye(8, dtype=np.float32)
+    return params(bias=False, dtype=np.float32, W_q=eye, W_k=eye)
+
+
+def only_key_0() -> np.ndarray:
+    mask = np.zeros((3, 3), dtype=bool)
+    mask[:, 0] = True
+    return mask
+
+
+def positive_x32():
+    return 1.0 + np.random.default_rng(6).uniform(size=(2, 3, 8)).astype(np.float32)
+
+
+def overflowing_output_params():
+    p = params(bias=False, dtype=np.float32)
+    p.W_v[:] = np.abs(p.W_v)  # positive head outputs, so each output sums up
+    p.W_o[:] = 3e38  # 8 positive terms of about 3e38: finite heads, overflowing output
+    return p
+
+
+# --------------------------------------------------------------------------- forwards
+
+FORWARDS = {
+    "multi_head_attention": lambda *a: A.multi_head_attention(*a),
+    "multi_head_attention(need_weights=False)": lambda *a: A.multi_head_attention(
+        *a, need_weights=False
+    ),
+    "multi_head_attention_reshape": lambda *a: A.multi_head_attention_reshape(*a),
+    "multi_head_attention_per_head": lambda *a: A.multi_head_attention_per_head(*a),
+    "backprop.mha_forward": lambda *a: B.mha_forward(*a),
+}
+
+# (rule, arguments (x_q, x_kv, params, mask) built when called, error, fragments)
+FORWARD_RULES = [
+    ("params not an MHAParams", lambda: (x(), x(), {"W_q": np.eye(8)}, None), ValueError,
+     ("params must be an MHAParams", "got dict")),
+    ("NaN in x_q", lambda: (x(at=(1, 2, 3)), x(), params(), None), ValueError,
+     ("x_q contains NaN or inf (first at index (1, 2, 3), shape (2, 3, 8))",)),
+    ("inf in x_kv", lambda: (x(), x((2, 4, 8), at=(0, 1, 2), value=np.inf), params(), None),
+     ValueError, ("x_kv contains NaN or inf (first at index (0, 1, 2), shape (2, 4, 8))",)),
+    ("NaN in x_q, no keys", lambda: (x(at=(0, 0, 0)), x((2, 0, 8)), params(), None),
+     ValueError, ("x_q contains NaN or inf",)),
+    ("NaN in a weight", lambda: (x(), x(), with_value("W_v", (0, 1)), None), ValueError,
+     ("params.W_v contains NaN or inf (first at index (0, 1), shape (8, 8))",)),
+    ("inf in a bias", lambda: (x(), x(), with_value("b_o", 5, np.inf), None), ValueError,
+     ("params.b_o contains NaN or inf (first at index (5,), shape (8,))",)),
+    ("NaN in W_o, no queries", lambda: (x((2, 0, 8)), x(), with_value("W_o", (2, 2)), None),
+     ValueError, ("params.W_o contains NaN or inf",)),
+    ("input of one axis", lambda: (np.ones(8), np.ones(8), params(), None), ValueError,
+     ("x_q and x_kv must be", "got x_q (8,)")),
+    ("inputs of different ranks", lambda: (x(), x()[0], params(), None), ValueError,
+     ("x_q and x_kv must be", "x_kv (3, 8)")),
+    ("d_model differs", lambda: (x(), x((2, 5, 6)), params(), None), ValueError,
+     ("x_kv has d_model=6 (shape (2, 5, 6)) but the parameters have d_model=8",)),
+    ("batch sizes differ", lambda: (x(), x((3, 3, 8)), params(), None), ValueError,
+     ("different batch sizes: (2, 3, 8) and (3, 3, 8)",)),
+    ("complex input", lambda: (x().astype(complex), x(), params(), None), ValueError,
+     ("x_q must hold real numbers, got dtype complex128",)),
+    ("boolean input", lambda: (x(), x() > 0, params(), None), ValueError,
+     ("x_kv must hold real numbers, got booleans",)),
+    ("ragged lists", lambda: (x(), [[[1.0] * 8, [1.0] * 7]] * 2, params(), None), ValueError,
+     ("x_kv must be a rectangular array of real numbers",)),
+    ("lists are converted", lambda: (x().tolist(), x().tolist(), params(), None), None, ()),
+    ("additive float mask", lambda: (x(), x(), params(), np.where(A.causal_mask(3), 0, -np.inf)),
+     ValueError, ("mask must be boolean, True = may attend, got dtype float64", "`mask == 0`",
+                  "`~mask`")),
+    ("0/1 mask", lambda: (x(), x(), params(), np.tril(np.ones((3, 3), int))), ValueError,
+     ("mask must be boolean", "`mask.astype(bool)`")),
+    ("mask that does not broadcast", lambda: (x(), x(), params(), np.ones((2, 3, 4), bool)),
+     ValueError, ("mask of shape (2, 3, 4) cannot broadcast", "(2, 2, 3, 3)")),
+    ("mask that would grow the scores",
+     lambda: (x(), x(), params(), np.ones((1, 1, 1, 3, 3), bool)), ValueError,
+     ("mask of shape (1, 1, 1, 3, 3) cannot broadcast",)),
+    ("queries overflow",
+     lambda: (huge((2, 3, 8), 1e30), x(dtype=np.float32),
+              params(dtype=np.float32, bias=False, W_q=huge((8, 8), 1e10)), None),
+     ValueError, ("the queries x_q @ W_q overflow float32", "|W_q| = 1e+10")),
+    ("keys overflow (with biases)",
+     lambda: (x(dtype=np.float32), huge((2, 4, 8), 1e30),
+              params(dtype=np.float32, W_k=huge((8, 8), 1e10)), None),
+     ValueError, ("the keys x_kv @ W_k + b_k overflow float32", "|x_kv| = 1e+30")),
+    ("values overflow", lambda: (positive_x32(), positive_x32(),
+                                 params(dtype=np.float32, bias=False, W_v=huge((8, 8), 1e38)),
+                                 None),
+     ValueError, ("the values x_kv @ W_v overflow float32",)),
+    ("values overflow, at keys no query may attend",
+     lambda: (x(dtype=np.float32), np.concatenate([np.ones((2, 2, 8), np.float32),
+                                                   huge((2, 1, 8), 1e30)], axis=1),
+              params(dtype=np.float32, bias=False, W_v=huge((8, 8), 1e10)), only_key_0()),
+     ValueError, ("the values x_kv @ W_v overflow float32",)),
+    ("scores overflow (to -inf), at pairs no query may attend",
+     lambda: (huge((2, 3, 8), 3e19), np.concatenate([np.ones((2, 2, 8), np.float32),
+                                                     huge((2, 1, 8), -3e19)], axis=1),
+              identity_qk_params(), only_key_0()),
+     ValueError, ("the scores q k^T / sqrt(d_k) overflow float32",)),
+    ("output overflows", lambda: (positive_x32(), positive_x32(), overflowing_output_params(),
+                                  None),
+     ValueError, ("the output", "overflow float32", "|W_o| = 3e+38")),
+]  # fmt: skip
+
+
+def forward_rows():
+    for name, forward in FORWARDS.items():
+        for rule, args, error, fragments in FORWARD_RULES:
+            yield Row(name, rule, lambda f=forward, a=args: f(*a()), error, fragments)
+
+
+# --------------------------------------------------------------------------- the rest
+
+
+def model(**changes):
+    m = T.init_tiny_model(5, 7, 8, 2, 4, rng())
+    for name, (at, value) in changes.items():
+        m.params[name][at] = value
+    return m
+
+
+def ids():
+    return np.array([[0, 1, 2, 3], [4, 3, 2, 1]])
+
+
+def targets():
+    return np.array([[1, 2, 3, -1], [0, 1, 2, 3]])
+
+
+def mha_cache(dtype=np.float64, bias=True):
+    _, _, cache = B.mha_forward(x(dtype=dtype), x(dtype=dtype), params(bias, dtype))
+    return cache
+
+
+def tiny_cache(m):
+    _, _, cache = m.forward(ids())
+    return cache
+
+
+def lists_mha(X_q=None, X_kv=None, W=None, n_heads=2, mask=None, **weights):
+    r = np.random.default_rng(3)
+    X = r.normal(size=(3, 4)).tolist() if X_q is None else X_q
+    W = r.uniform(-0.5, 0.5, (4, 4)).tolist() if W is None else W
+    Ws = {name: weights.get(name, W) for name in ("W_q", "W_k", "W_v", "W_o")}
+    return L.multi_head_attention(X, X if X_kv is None else X_kv, *Ws.values(), n_heads, mask)
+
+
+def nan_module():
+    import torch
+    from torch import nn
+
+    module = nn.MultiheadAttention(4, 2, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        module.in_proj_weight[1, 2] = float("nan")
+    return module
+
+
+def kdim_module():
+    from torch import nn
+
+    return nn.MultiheadAttention(6, 2, kdim=4)
+
+
+def tb():
+    from lib import torch_bridge
+
+    return torch_bridge
+
+
+def W4():
+    return np.eye(4)
+
+
+E = ValueError
+q3 = np.ones((3, 4))
+OTHER_ROWS = [
+    # scaled_dot_product_attention
+    Row("scaled_dot_product_attention", "NaN in k",
+        lambda: A.scaled_dot_product_attention(q3, x((5, 4), at=(2, 1)), x((5, 2))), E,
+        ("k contains NaN or inf (first at index (2, 1), shape (5, 4))",)),
+    Row("scaled_dot_product_attention", "inf in v",
+        lambda: A.scaled_dot_product_attention(q3, q3, x((3, 2), at=(0, 0), value=-np.inf)), E,
+        ("v contains NaN or inf (first at index (0, 0)",)),
+    Row("scaled_dot_product_attention", "one axis",
+        lambda: A.scaled_dot_product_attention(np.ones(4), q3, q3), E,
+        ("q must be (..., n, d), with at least 2 axes, got shape (4,)",)),
+    Row("scaled_dot_product_attention", "d_k differs",
+        lambda: A.scaled_dot_product_attention(q3, np.ones((3, 5)), q3), E,
+        ("q and k must share d_k >= 1 (last axis): q is (3, 4), k is (3, 5)",)),
+    Row("scaled_dot_product_attention", "d_k = 0",
+        lambda: A.scaled_dot_product_attention(np.ones((3, 0)), np.ones((3, 0)), q3), E,
+        ("must share d_k >= 1",)),
+    Row("scaled_dot_product_attention", "numbers of keys differ",
+        lambda: A.scaled_dot_product_attention(q3, q3, np.ones((4, 2))), E,
+        ("k and v must have the same number of keys (axis -2): k is (3, 4), v is (4, 2)",)),
+    Row("scaled_dot_product_attention", "batch axes differ",
+        lambda: A.scaled_dot_product_attention(np.ones((2, 3, 4)), np.ones((5, 3, 4)),
+                                               np.ones((5, 3, 1))), E,
+        ("leading (batch) axes of q, k, v must broadcast together",)),
+    Row("scaled_dot_product_attention", "additive float mask",
+        lambda: A.scaled_dot_product_attention(q3, q3, q3, np.zeros((3, 3))), E,
+        ("mask must be boolean, True = may attend", "`mask == 0`")),
+    Row("scaled_dot_product_attention", "mask that does not broadcast",
+        lambda: A.scaled_dot_product_attention(q3, q3, q3, np.ones((4, 4), bool)), E,
+        ("mask of shape (4, 4) cannot broadcast to the attention scores' shape (3, 3)",)),
+    Row("scaled_dot_product_attention", "scores overflow",
+        lambda: A.scaled_dot_product_attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3), E,
+        ("the scores q k^T / sqrt(d_k) overflow float32",)),
+    Row("scaled_dot_product_attention", "complex input",
+        lambda: A.scaled_dot_product_attention(q3 * 1j, q3, q3), E,
+        ("q must hold real numbers",)),
+    Row("scaled_dot_product_attention", "lists are converted",
+        lambda: A.scaled_dot_product_attention(q3.tolist(), q3.tolist(), q3.tolist()), None),
+    # softmax
+    Row("softmax", "NaN", lambda: A.softmax(x((2, 3), at=(1, 2))), E,
+        ("softmax input contains NaN or +inf (first at index (1, 2), shape (2, 3))",)),
+    Row("softmax", "+inf", lambda: A.softmax([0.0, np.inf]), E, ("NaN or +inf",)),
+    Row("softmax", "booleans", lambda: A.softmax(np.ones(3, bool)), E,
+        ("softmax input must hold real numbers, got booleans",)),
+    Row("softmax", "-inf (masked) and lists are accepted", lambda: A.softmax([0.0, -np.inf]),
+        None),
+    # masks
+    Row("causal_mask", "negative", lambda: A.causal_mask(-1), E,
+        ("n_q must be an integer >= 0, got -1",)),
+    Row("causal_mask", "bool", lambda: A.causal_mask(3, True), E,
+        ("n_k must be an integer >= 0, got True (bool)",)),
+    Row("causal_mask", "float", lambda: A.causal_mask(3.0), E, ("got 3.0 (float)",)),
+    Row("padding_mask", "negative n_k", lambda: A.padding_mask([1], -1), E,
+        ("n_k must be an integer >= 0, got -1",)),
+    Row("padding_mask", "float lengths", lambda: A.padding_mask([1.5], 3), E, ("integers",)),
+    # heads
+    Row("split_heads", "rank", lambda: A.split_heads(np.ones((2, 6)), 2), E,
+        ("x must be (batch, seq, d_model), got shape (2, 6)",)),
+    Row("split_heads", "bool head count", lambda: A.split_heads(np.ones((1, 2, 6)), True), E,
+        ("n_heads must be an integer >= 1, got True (bool)",)),
+    Row("split_heads", "indivisible", lambda: A.split_heads(np.ones((1, 2, 6)), 4), E,
+        ("d_model=6 is not divisible by n_heads=4; valid head counts for d_model=6 are "
+         "[1, 2, 3, 6]",)),
+    Row("merge_heads", "rank", lambda: A.merge_heads(np.ones((2, 6))), E,
+        ("x must be (batch, heads, seq, d_k), got shape (2, 6)",)),
+    Row("valid_head_counts", "zero", lambda: A.valid_head_counts(0), E,
+        ("d_model must be an integer >= 1, got 0",)),
+    Row("valid_head_counts", "float", lambda: A.valid_head_counts(8.0), E, ("(float)",)),
+    # MHAParams and init_mha_params
+    Row("MHAParams", "some biases missing",
+        lambda: A.MHAParams(W4(), W4(), W4(), W4(), 2, np.zeros(4), None, np.zeros(4),
+                            np.zeros(4)), E,
+        ("MHAParams takes all four biases or none, got b_q, b_v, b_o without b_k",
+         "np.zeros(d_model)")),
+    Row("MHAParams", "bool head count", lambda: A.MHAParams(W4(), W4(), W4(), W4(), True), E,
+        ("n_heads must be an integer >= 1, got True (bool)",)),
+    Row("MHAParams", "float head count", lambda: A.MHAParams(W4(), W4(), W4(), W4(), 2.0), E,
+        ("n_heads must be an integer >= 1, got 2.0 (float)",)),
+    Row("MHAParams", "no heads", lambda: A.MHAParams(W4(), W4(), W4(), W4(), 0), E,
+        ("n_heads must be an integer >= 1, got 0",)),
+    Row("MHAParams", "indivisible", lambda: A.MHAParams(W4(), W4(), W4(), W4(), 3), E,
+        ("valid head counts for d_model=4 are [1, 2, 4]",)),
+    Row("MHAParams", "d_model = 0",
+        lambda: A.MHAParams(*[np.zeros((0, 0))] * 4, n_heads=1), E,
+        ("d_model must be an integer >= 1, got 0",)),
+    Row("MHAParams", "not square", lambda: A.MHAParams(W4(), W4(), W4(), np.ones((4, 3)), 2),
+        E, ("W_o must be (d_model, d_model) = (4, 4), got (4, 3)",)),
+    Row("MHAParams", "bias shape",
+        lambda: A.MHAParams(W4(), W4(), W4(), W4(), 2, *[np.zeros(4)] * 3, np.zeros(3)), E,
+        ("b_o must have shape (d_model,) = (4,), got (3,)",)),
+    Row("MHAParams", "strings", lambda: A.MHAParams([["a"] * 4] * 4, W4(), W4(), W4(), 2), E,
+        ("W_q must hold real numbers, got dtype <U1",)),
+    Row("MHAParams", "lists are converted",
+        lambda: A.multi_head_attention(x((1, 2, 4)), x((1, 2, 4)),
+                                       A.MHAParams(*[W4().tolist()] * 4, 2)), None),
+    Row("MHAParams", "changed copy checked again",
+        lambda: dataclasses.replace(params(), b_q=None), E, ("all four biases or none",)),
+    Row("init_mha_params", "d_model = 0", lambda: A.init_mha_params(0, 1, rng()), E,
+        ("d_model must be an integer >= 1, got 0",)),
+    Row("init_mha_params", "float head count", lambda: A.init_mha_params(8, 2.5, rng()), E,
+        ("n_heads must be an integer >= 1, got 2.5 (float)",)),
+    Row("init_mha_params", "integer dtype", lambda: A.init_mha_params(8, 2, rng(), dtype=int),
+        E, ("dtype must be a floating-point dtype",)),
+    # backprop
+    Row("backprop.mha_forward", "head_mask shape",
+        lambda: B.mha_forward(x(), x(), params(), None, np.ones(3)), E,
+        ("head_mask must have shape (heads,) = (2,) or (batch, heads) = (2, 2), got (3,)",)),
+    Row("backprop.mha_forward", "NaN in head_mask",
+        lambda: B.mha_forward(x(), x(), params(), None, [1.0, np.nan]), E,
+        ("head_mask contains NaN or inf (first at index (1,)",)),
+    Row("backprop.mha_forward", "head_mask as a list",
+        lambda: B.mha_forward(x(), x(), params(), None, [1.0, 0.5]), None),
+    Row("backprop.mha_backward", "NaN in d_out",
+        lambda: B.mha_backward(x(at=(0, 2, 1)), mha_cache()), E,
+        ("d_out contains NaN or inf (first at index (0, 2, 1)",)),
+    Row("backprop.mha_backward", "d_out shape",
+        lambda: B.mha_backward(np.ones((2, 2, 8)), mha_cache()), E,
+        ("d_out must have the output's shape (2, 3, 8), got (2, 2, 8)",)),
+    Row("backprop.mha_backward", "d_out as lists", lambda: B.mha_backward(
+        x().tolist(), mha_cache()), None),
+    Row("backprop.mha_backward", "gradients overflow",
+        lambda: B.mha_backward(huge((2, 3, 8), 3e38), mha_cache(np.float32)), E,
+        ("the gradient of", "overflow float32")),
+    Row("backprop.softmax_backward", "NaN in weights",
+        lambda: B.softmax_backward(x((2, 3), at=(0, 1)), np.ones((2, 3))), E,
+        ("weights contains NaN or inf (first at index (0, 1)",)),
+    Row("backprop.softmax_backward", "inf in d_weights",
+        lambda: B.softmax_backward(np.ones((2, 3)), x((2, 3), at=(1, 1), value=np.inf)), E,
+        ("d_weights contains NaN or inf (first at index (1, 1)",)),
+    Row("backprop.softmax_backward", "lists are converted",
+        lambda: B.softmax_backward([[0.5, 0.5]], [[1.0, 0.0]]), None),
+    # tiny
+    Row("tiny.init_tiny_model", "float head count",
+        lambda: T.init_tiny_model(5, 7, 8, 2.0, 4, rng()), E,
+        ("n_heads must be an integer >= 1, got 2.0 (float)",)),
+    Row("tiny.init_tiny_model", "indivisible", lambda: T.init_tiny_model(5, 7, 6, 4, 4, rng()),
+        E, ("valid head counts for d_model=6 are [1, 2, 3, 6]",)),
+    Row("tiny.init_tiny_model", "bool vocabulary",
+        lambda: T.init_tiny_model(True, 7, 8, 2, 4, rng()), E,
+        ("vocab_size must be an integer >= 1, got True (bool)",)),
+    Row("tiny.init_tiny_model", "no classes", lambda: T.init_tiny_model(5, 7, 8, 2, 0, rng()),
+        E, ("n_classes must be an integer >= 1, got 0",)),
+    Row("tiny.init_tiny_model", "integer dtype",
+        lambda: T.init_tiny_model(5, 7, 8, 2, 4, rng(), dtype=int), E,
+        ("dtype must be a floating-point dtype",)),
+    Row("tiny.TinyModel.forward", "NaN in an embedding",
+        lambda: model(tok_emb=((4, 1), np.nan)).forward(ids()), E,
+        ("tok_emb contains NaN or inf (first at index (4, 1), shape (5, 8))",)),
+    Row("tiny.TinyModel.forward", "NaN in an attention weight",
+        lambda: model(W_k=((0, 0), np.nan)).forward(ids()), E,
+        ("params.W_k contains NaN or inf",)),
+    Row("tiny.TinyModel.forward", "logits overflow",
+        lambda: model(W_out=(slice(None), 1e308)).forward(ids()), E,
+        ("the logits a @ W_out + b_out overflow float64",)),
+    Row("tiny.TinyModel.backward", "NaN in d_logits",
+        lambda: (lambda m: m.backward(x((2, 4, 1, 4), at=(1, 1, 0, 1)), tiny_cache(m)))(model()),
+        E, ("d_logits contains NaN or inf (first at index (1, 1, 0, 1)",)),
+    Row("tiny.TinyModel.backward", "d_logits as lists",
+        lambda: (lambda m: m.backward(x((2, 4, 1, 4)).tolist(), tiny_cache(m)))(model()), None),
+    Row("tiny.TinyModel.backward", "gradients of the readout overflow",
+        lambda: (lambda m: m.backward(np.full((2, 4, 1, 4), 1e308), tiny_cache(m)))(
+            model(W_out=(slice(None), 1e-12))), E,
+        ("the gradient of W_out (from d_out) overflow float64",)),
+    Row("tiny.cross_entropy", "NaN in logits",
+        lambda: T.cross_entropy(x((2, 4, 3), at=(0, 0, 2)), np.zeros((2, 4), int)), E,
+        ("logits contains NaN or inf (first at index (0, 0, 2)",)),
+    Row("tiny.cross_entropy", "logits as lists",
+        lambda: T.cross_entropy(x((2, 4, 3)).tolist(), np.zeros((2, 4), int)), None),
+    Row("tiny.TinyModel.loss_and_grads", "a valid batch", lambda: model().loss_and_grads(
+        ids(), targets()), None),
+    Row("tiny.repeating_pattern_task", "bool count",
+        lambda: T.repeating_pattern_task(True, 6, 5, 2, rng()), E,
+        ("n_seqs must be an integer >= 1, got True (bool)",)),
+    Row("tiny.repeating_pattern_task", "one token", lambda: T.repeating_pattern_task(
+        4, 6, 1, 2, rng()), E, ("vocab_size must be an integer >= 2, got 1",)),
+    Row("tiny.copy_offsets_task", "too short",
+        lambda: T.copy_offsets_task(4, 1, 5, (1,), rng()), E,
+        ("seq_len must be an integer >= 2, got 1",)),
+    # lists
+    Row("lists.softmax", "NaN", lambda: L.softmax([0.0, float("nan")]), E,
+        ("softmax input contains NaN or +inf (first at index (1,), shape (2,))",)),
+    Row("lists.softmax", "bool", lambda: L.softmax([1.0, True]), E,
+        ("softmax input must hold real numbers, got True (bool) at index (1,)",)),
+    Row("lists.softmax", "not a list", lambda: L.softmax(np.zeros(3)), E,
+        ("softmax input must be a list of numbers, got ndarray",)),
+    Row("lists.attention", "additive float mask",
+        lambda: L.attention([[1.0]], [[1.0], [2.0]], [[1.0], [2.0]], [[0.0, float("-inf")]]), E,
+        ("mask must be boolean, True = may attend, got 0.0 (float) at index (0, 0)",
+         "[[x == 0 for x in row] for row in mask]")),
+    Row("lists.attention", "0/1 mask", lambda: L.attention([[1.0]], [[1.0]], [[1.0]], [[1]]),
+        E, ("mask must be boolean", "[[x == 1 for x in row] for row in mask]")),
+    Row("lists.attention", "NaN in Q",
+        lambda: L.attention([[1.0], [float("nan")]], [[1.0]], [[1.0]]), E,
+        ("Q contains NaN or inf (first at index (1, 0), shape (2, 1))",)),
+    Row("lists.attention", "inf in K", lambda: L.attention([[1.0]], [[float("-inf")]], [[1.0]]),
+        E, ("K contains NaN or inf (first at index (0, 0), shape (1, 1))",)),
+    Row("lists.attention", "NaN in V", lambda: L.attention([[1.0]], [[1.0]], [[float("nan")]]),
+        E, ("V contains NaN or inf (first at index (0, 0), shape (1, 1))",)),
+    Row("lists.attention", "a NumPy array", lambda: L.attention(np.ones((1, 1)), [[1.0]],
+                                                                [[1.0]]), E,
+        ("Q must be a list of rows (lists), got a NumPy array: pass Q.tolist()",)),
+    Row("lists.attention", "strings", lambda: L.attention([["a"]], [[1.0]], [[1.0]]), E,
+        ("Q must hold real numbers, got 'a' (str) at index (0, 0)",)),
+    Row("lists.attention", "d_k differs",
+        lambda: L.attention([[1.0, 2.0]], [[1.0]], [[1.0]]), E,
+        ("Q and K must share d_k >= 1 (last axis): Q is (1, 2), K is (1, 1)",)),
+    Row("lists.attention", "numbers of keys differ",
+        lambda: L.attention([[1.0]], [[1.0]], [[1.0], [2.0]]), E,
+        ("K and V must have the same number of keys (axis -2): K is (1, 1), V is (2, 1)",)),
+    Row("lists.attention", "mask shape",
+        lambda: L.attention([[1.0]], [[1.0]], [[1.0]], [[True, True]]), E,
+        ("mask of shape (1, 2) does not match the attention scores' shape (1, 1)",)),
+    Row("lists.attention", "ragged", lambda: L.attention([[1.0], [1.0, 2.0]], [[1.0]], [[1.0]]),
+        E, ("Q is ragged: row 0 has 1 entries but row 1 has 2",)),
+    Row("lists.attention", "scores overflow",
+        lambda: L.attention([[1e200]], [[1e200]], [[1.0]]), E,
+        ("the scores q k^T / sqrt(d_k) overflow float64",)),
+    Row("lists.attention", "queries without keys", lambda: L.attention([[1.0]], [], []), E,
+        ("got queries but no keys",)),
+    Row("lists.multi_head_attention", "no heads", lambda: lists_mha(n_heads=0), E,
+        ("n_heads must be an integer >= 1, got 0",)),
+    Row("lists.multi_head_attention", "float head count", lambda: lists_mha(n_heads=2.0), E,
+        ("n_heads must be an integer >= 1, got 2.0 (float)",)),
+    Row("lists.multi_head_attention", "indivisible", lambda: lists_mha(n_heads=3), E,
+        ("d_model=4 is not divisible by n_heads=3",)),
+    Row("lists.multi_head_attention", "not square", lambda: lists_mha(W_o=[[1.0] * 3] * 4), E,
+        ("W_o must be (d_model, d_model) = (4, 4), got (4, 3)",)),
+    Row("lists.multi_head_attention", "d_model differs", lambda: lists_mha(X_kv=[[1.0] * 5]),
+        E, ("X_kv has d_model=5 (shape (1, 5)) but the parameters have d_model=4",)),
+    Row("lists.multi_head_attention", "additive float mask",
+        lambda: lists_mha(mask=[[0.0] * 3] * 3), E,
+        ("mask must be boolean, True = may attend",)),
+    Row("lists.multi_head_attention", "mask shape", lambda: lists_mha(mask=[[True] * 2] * 3), E,
+        ("mask of shape (3, 2) does not match the attention scores' shape (3, 3)",)),
+    Row("lists.multi_head_attention", "NaN in a weight",
+        lambda: lists_mha(W_k=[[1.0] * 4] * 3 + [[1.0, 1.0, float("inf"), 1.0]]), E,
+        ("W_k contains NaN or inf (first at index (3, 2), shape (4, 4))",)),
+    Row("lists.multi_head_attention", "NaN in an input",
+        lambda: lists_mha(X_q=[[1.0, float("nan"), 1.0, 1.0]]), E,
+        ("X_q contains NaN or inf (first at index (0, 1), shape (1, 4))",)),
+    Row("lists.multi_head_attention", "NaN in the keys' input",
+        lambda: lists_mha(X_kv=[[1.0, 1.0, 1.0, float("nan")]]), E,
+        ("X_kv contains NaN or inf (first at index (0, 3), shape (1, 4))",)),
+    Row("lists.multi_head_attention", "a NumPy array", lambda: lists_mha(X_q=np.ones((3, 4))),
+        E, ("X_q must be a list of rows (lists), got a NumPy array: pass X_q.tolist()",)),
+    Row("lists.multi_head_attention", "queries overflow",
+        lambda: lists_mha(X_q=[[1e200] * 4], W_q=[[1e200] * 4] * 4), E,
+        ("the queries X_q @ W_q overflow float64",)),
+    Row("lists.multi_head_attention", "scores overflow",
+        lambda: lists_mha(X_q=[[1e160] * 4], X_kv=[[1e160] * 4], W=W4().tolist()), E,
+        ("the scores q k^T / sqrt(d_k) overflow float64",)),
+    Row("lists.multi_head_attention", "output overflows",
+        lambda: lists_mha(X_q=[[1.0] * 4], X_kv=[[1.0] * 4], W=W4().tolist(),
+                          W_o=[[1.5e308] * 4] * 4), E,
+        ("the output", "overflow float64")),
+    Row("lists.causal_mask", "negative", lambda: L.causal_mask(-1), E,
+        ("n must be an integer >= 0, got -1",)),
+    Row("lists.split_columns", "no parts", lambda: L.split_columns([[1.0, 2.0]], 0), E,
+        ("n_parts must be an integer >= 1, got 0",)),
+    Row("lists.shape", "ragged", lambda: L.matmul([[1.0], [1.0, 2.0]], [[1.0]]), E,
+        ("is ragged",)),
+    # torch_bridge
+    Row("torch_bridge.pack_in_proj", "params not an MHAParams",
+        lambda: tb().pack_in_proj({"W_q": 1}), E, ("params must be an MHAParams",)),
+    Row("torch_bridge.pack_in_proj", "NaN in a weight",
+        lambda: tb().pack_in_proj(with_value("W_k", (1, 1))), E,
+        ("params.W_k contains NaN or inf (first at index (1, 1)",)),
+    Row("torch_bridge.to_torch_attn_mask", "additive float mask",
+        lambda: tb().to_torch_attn_mask(np.zeros((3, 3))), E,
+        ("mask must be boolean, True = may attend", "`mask == 0`")),
+    Row("torch_bridge.to_torch_attn_mask", "lists of booleans are converted",
+        lambda: tb().to_torch_attn_mask([[True, False]]), None),
+    Row("torch_bridge.to_torch_mha", "NaN in a bias",
+        lambda: tb().to_torch_mha(with_value("b_q", 3)), E,
+        ("params.b_q contains NaN or inf (first at index (3,)",)),
+    Row("torch_bridge.from_torch_mha", "NaN in the module",
+        lambda: tb().from_torch_mha(nan_module()), E,
+        ("params.W_q contains NaN or inf (first at index (2, 1)",)),
+    Row("torch_bridge.from_torch_mha", "separate key/value projections",
+        lambda: tb().from_torch_mha(kdim_module()), E, ("packed in_proj_weight",)),
+]  # fmt: skip
+
+ROWS = list(forward_rows()) + OTHER_ROWS
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
+def test_bad_input(row):
+    problem = failure(row)
+    assert problem is None, f"{row.id}: {problem}"
+
+
+def test_every_public_forward_and_rule_is_in_the_table():
+    functions = {row.function for row in ROWS}
+    for name in (
+        "multi_head_attention", "multi_head_attention_reshape", "multi_head_attention_per_head",
+        "backprop.mha_forward", "backprop.mha_backward", "scaled_dot_product_attention",
+        "softmax", "lists.attention", "lists.multi_head_attention", "tiny.TinyModel.forward",
+        "tiny.TinyModel.backward", "torch_bridge.to_torch_mha", "torch_bridge.from_torch_mha",
+        "torch_bridge.pack_in_proj", "torch_bridge.to_torch_attn_mask", "MHAParams",
+    ):  # fmt: skip
+        assert name in functions, name
+    assert len({row.id for row in ROWS}) == len(ROWS)

@@ -1,0 +1,60 @@
+"""The stored notebooks as files: normalised, and pointing only at paths that exist."""
+
+import re
+
+import nbformat
+import pytest
+from helpers import ROOT
+
+from tools import normalize_notebooks as normalize
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def test_every_notebook_is_normalised():
+    assert normalize.not_normalized(NOTEBOOKS) == []
+
+
+def test_normalising_removes_what_jupyterlab_would_change(tmp_path):
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}, "widgets": {}}
+    )
+    cell = nbformat.v4.new_code_cell(
+        "print(1)", metadata={"execution": {"iopub.status.busy": "2026-01-01"}, "tags": ["x"]}
+    )
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="a\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="b\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="c\n"),
+    ]
+    nb.cells.append(cell)
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    assert normalize.not_normalized([path]) == [path]
+    assert normalize.main([str(path)]) == 0
+    assert normalize.not_normalized([path]) == []
+    done = nbformat.read(path, as_version=4)
+    assert done.metadata == {"kernelspec": normalize.KERNELSPEC}
+    assert done.cells[0].metadata == {"tags": ["x"]}
+    assert [(o.name, o.text) for o in done.cells[0].outputs] == [
+        ("stdout", "a\nb\n"),
+        ("stderr", "c\n"),
+    ]
+
+
+# Repository paths a notebook mentions: lib/attention.py, data/README.md, tests/, ...
+PATH = re.compile(
+    r"(?<![\w./-])((?:lib|data|tests|tools|bench|docs|notebooks)/[\w./-]*|README\.md|Makefile)"
+)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_paths_a_notebook_mentions_exist(path):
+    nb = nbformat.read(path, as_version=4)
+    missing = set()
+    for cell in nb.cells:
+        for match in PATH.finditer(cell.source):
+            mentioned = match.group(1).rstrip(".,")
+            if not (ROOT / mentioned).exists():
+                missing.add(mentioned)
+    assert not missing, f"{path.name} mentions paths that do not exist: {sorted(missing)}"

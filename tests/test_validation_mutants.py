@@ -1,0 +1,223 @@
+"""Deleting any one call of lib's validation module makes the bad-input table fail.
+
+For every call of ``lib._validate`` (imported as ``V``, or ``V_`` in lib.lists) in the
+modules that use it, the function containing the call is recompiled from its source with
+that one call deleted and put in place of the original; the table of
+tests/test_bad_inputs.py then runs, and at least one row must fail. A call "deleted" means:
+a check used as a statement (``V.finite(x, "x")``) or a ``raise V.overflow(...)`` becomes
+``pass``; a predicate (``V.all_finite(out)``) answers True; a check whose value is used
+returns what it was given, unconverted and unchecked (``V.real_array(x, "x")`` -> ``x``),
+or, for the few that compute a result (shapes, d_k), that result computed without checking.
+"""
+
+from __future__ import annotations
+import __future__
+
+import ast
+import contextlib
+import copy
+import importlib
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from test_bad_inputs import ROWS, failure
+
+# With a check deleted, lib runs on inputs it would have refused: NumPy's warnings then are
+# expected, and only the table's verdict matters.
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+MODULES = ("lib.attention", "lib.backprop", "lib.tiny", "lib.lists", "lib.torch_bridge")
+ALIASES = {"V", "V_"}  # how the modules import lib._validate
+# Functions of lib._validate that are not checks: computations, message text, and the
+# error builders (their call sites are the `raise` statements around them).
+NOT_CHECKS = {"largest_row_norm", "divisors", "stage", "overflow", "list_overflow"}
+PREDICATES = {"all_finite", "scores_fit"}
+
+
+def _rows_and_cols(A, name=None, booleans=False):
+    return len(A), len(A[0]) if A else 0
+
+
+def _head_mask(head_mask, batch, n_heads, dtype):
+    return np.ones(n_heads, dtype) if head_mask is None else np.asarray(head_mask, dtype)
+
+
+# What a check that computes a result gives when it is deleted: the result, unchecked.
+UNCHECKED = {
+    "mha_inputs": lambda x_q, x_kv, d_model, unbatched=True: (x_q, x_kv, False),
+    "heads": lambda d_model, n_heads: d_model // n_heads,
+    "list_matrix": _rows_and_cols,
+    "list_shape": _rows_and_cols,
+    "param_fields": lambda weights, biases, n_heads: (weights, biases),
+    "head_mask": _head_mask,
+    "leading_axes": lambda shapes: np.broadcast_shapes(*(s[:-2] for s in shapes.values())),
+}
+
+
+@dataclass(frozen=True)
+class Site:
+    module: str
+    owner: str | None  # the class, for a method
+    function: str
+    line: int
+    col: int
+    check: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.module.removeprefix('lib.')}:{self.line} {self.check}"
+
+
+def _is_v_call(node) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in ALIASES
+    )
+
+
+def _functions(tree):
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            yield None, node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    yield node.name, item
+
+
+def find_sites() -> list[Site]:
+    sites = []
+    for name in MODULES:
+        tree = ast.parse(inspect.getsource(importlib.import_module(name)))
+        for owner, fn in _functions(tree):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Raise) and _is_v_call(node.exc):
+                    check = "raise V." + node.exc.func.attr
+                elif _is_v_call(node) and node.func.attr not in NOT_CHECKS:
+                    check = "V." + node.func.attr
+                else:
+                    continue
+                sites.append(Site(name, owner, fn.name, node.lineno, node.col_offset, check))
+    return sites
+
+
+class _Delete(ast.NodeTransformer):
+    def __init__(self, site: Site | None):
+        self.site = site
+        self.done = 0
+
+    def _hit(self, node) -> bool:
+        return self.site is not None and (node.lineno, node.col_offset) == (
+            self.site.line,
+            self.site.col,
+        )
+
+    def visit_Raise(self, node):
+        if self._hit(node):
+            self.done += 1
+            return ast.copy_location(ast.Pass(), node)
+        return self.generic_visit(node)
+
+    def visit_Expr(self, node):
+        if _is_v_call(node.value) and self._hit(node.value):
+            self.done += 1
+            return ast.copy_location(ast.Pass(), node)
+        return self.generic_visit(node)
+
+    def visit_Call(self, node):
+        if not (_is_v_call(node) and self._hit(node)):
+            return self.generic_visit(node)
+        self.done += 1
+        name = node.func.attr
+        if name in PREDICATES:
+            return ast.copy_location(ast.Constant(True), node)
+        if name in UNCHECKED:
+            func = ast.Subscript(
+                ast.Name("__unchecked__", ast.Load()), ast.Constant(name), ast.Load()
+            )
+            return ast.copy_location(ast.Call(func, node.args, node.keywords), node)
+        return node.args[0]  # the value it was given, unchecked and unconverted
+
+
+class patched:
+    """Context manager: lib with the one call at ``site`` deleted (None: recompiled as is)."""
+
+    def __init__(self, site: Site | None, module: str, owner: str | None, function: str):
+        self.site, self.owner, self.function = site, owner, function
+        self.module = importlib.import_module(module)
+
+    def __enter__(self):
+        tree = ast.parse(inspect.getsource(self.module))
+        fn = next(
+            f for owner, f in _functions(tree) if (owner, f.name) == (self.owner, self.function)
+        )
+        deleter = _Delete(self.site)
+        new = deleter.visit(copy.deepcopy(fn))
+        assert deleter.done == (0 if self.site is None else 1), (self.site, deleter.done)
+        code = compile(
+            ast.fix_missing_locations(ast.Module([new], [])),
+            inspect.getsourcefile(self.module),
+            "exec",
+            flags=__future__.annotations.compiler_flag,
+            dont_inherit=True,
+        )
+        namespace: dict = {}
+        self.module.__dict__["__unchecked__"] = UNCHECKED
+        exec(code, self.module.__dict__, namespace)
+        self.target = self.module if self.owner is None else getattr(self.module, self.owner)
+        self.original = self.target.__dict__[self.function]
+        setattr(self.target, self.function, namespace[self.function])
+        return self
+
+    def __exit__(self, *exc):
+        setattr(self.target, self.function, self.original)
+        self.module.__dict__.pop("__unchecked__", None)
+
+
+SITES = find_sites()
+MODULE_ROWS = {  # the rows most likely to notice a deletion in each module come first
+    "lib.attention": ("multi_head", "scaled_dot", "softmax", "causal", "padding", "split",
+                      "merge", "valid", "MHAParams", "init_mha"),
+    "lib.backprop": ("backprop.",),
+    "lib.tiny": ("tiny.",),
+    "lib.lists": ("lists.",),
+    "lib.torch_bridge": ("torch_bridge.",),
+}  # fmt: skip
+
+
+def _first_failing_row(module: str) -> str | None:
+    prefixes = MODULE_ROWS[module]
+    ordered = sorted(ROWS, key=lambda row: not row.function.startswith(prefixes))
+    for row in ordered:
+        problem = failure(row)
+        if problem is not None:
+            return f"{row.id}: {problem}"
+    return None
+
+
+def test_every_module_has_its_checks_found():
+    found = {site.module for site in SITES}
+    assert found == set(MODULES), found
+    assert len(SITES) >= 60, len(SITES)
+
+
+def test_recompiling_every_function_unchanged_breaks_nothing():
+    """The machinery itself (recompiling from source, swapping in) changes nothing: with
+    every function that holds a check recompiled as it is, the whole table holds."""
+    with contextlib.ExitStack() as stack:
+        for key in sorted({(s.module, s.owner or "", s.function) for s in SITES}):
+            module, owner, function = key
+            stack.enter_context(patched(None, module, owner or None, function))
+        problems = [f"{row.id}: {failure(row)}" for row in ROWS if failure(row) is not None]
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("site", SITES, ids=[site.id for site in SITES])
+def test_deleting_a_validation_call_is_noticed(site):
+    with patched(site, site.module, site.owner, site.function):
+        caught = _first_failing_row(site.module)
+    assert caught is not None, f"no row of the bad-input table fails without {site.id}"
