@@ -51,9 +51,9 @@ def test_chromium_on_the_path_is_used_as_it_is():
 
 
 def test_chromium_named_by_the_environment_wins_and_must_exist():
-    which = which_from({"chromium": "/usr/bin/chromium", "/opt/chrome": "/opt/chrome"})
-    env = {"CHROMIUM": "/opt/chrome"}
-    assert bt.find_chromium(env, which, is_root=False, run=no_run) == "/opt/chrome"
+    which = which_from({"chromium": "/usr/bin/chromium", "/apps/chrome": "/apps/chrome"})
+    env = {"CHROMIUM": "/apps/chrome"}
+    assert bt.find_chromium(env, which, is_root=False, run=no_run) == "/apps/chrome"
     with pytest.raises(bt.Missing, match=r"CHROMIUM=/nowhere is not an executable browser"):
         bt.find_chromium({"CHROMIUM": "/nowhere"}, which, is_root=True, run=no_run)
 
