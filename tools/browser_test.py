@@ -18,6 +18,8 @@ What a learner does, done by a program:
    Run > Run All Cells, wait until the kernel is idle and every code cell has run, then
    fails the notebook on
 
+   - JupyterLab marking it modified as soon as it opens it (saving it unchanged would
+     change the file: it is not normalised);
    - an error output, or anything written to stderr (no stored notebook has either);
    - a code cell that did not run, or cells that did not run once each, in order;
    - an image that did not load (``naturalWidth`` 0), in the outputs or in the text;
@@ -36,8 +38,8 @@ What a learner does, done by a program:
 4. Builds a scratch notebook in ``build/browser-test/`` that calls a check from
    ``lib.checks`` with a wrong answer, and requires the failed check to show in JupyterLab as
    one line that carries the check's sentence, not a traceback.
-5. Self-checks (unless ``--no-self-checks``): scratch notebooks with planted faults (a raised
-   error, a missing image, an image that cannot be decoded, three broken formulas, a console
+5. Self-checks (unless ``--no-self-checks``): scratch notebooks with planted faults (a kernel
+   name JupyterLab rewrites, a raised error, a missing image, an image that cannot be decoded, three broken formulas, a console
    error, an external image) and the Colab badge; every fault must be reported and the badge
    tolerated, or the run fails: a detector that finds nothing proves nothing.
 
@@ -327,6 +329,8 @@ STATE_JS = """() => {
     title: document.querySelector('#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current')
       ?.textContent.trim(),
     kernel: panel.querySelector('.jp-Toolbar-kernelName')?.textContent.trim(),
+    dirty: document.querySelector('#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current')
+      ?.classList.contains('jp-mod-dirty'),
     status: indicator ? indicator.getAttribute('data-status') : null,
     cells,
   };
@@ -448,6 +452,11 @@ class Browser:
         }
         state = self.wait_until_shown(page, path)
         debug(f"{path.name} shown, kernel idle")
+        if state["dirty"]:
+            result.problems.append(
+                "JupyterLab marked the notebook modified as soon as it opened it: saving it "
+                "unchanged would change the file (is it normalised?)"
+            )
         kinds = [c["code"] for c in state["cells"]]
         if kinds != [cell["cell_type"] == "code" for cell in stored]:
             result.problems.append("the cells shown are not the notebook's cells")
@@ -613,17 +622,17 @@ def tolerated_external(url: str) -> str | None:
 # --------------------------------------------------------------------------- scratch notebooks
 
 
-def scratch_notebook(path: Path, cells: list[tuple[str, str]]) -> Path:
-    """Write a notebook of (kind, source) cells, kind "code" or "markdown"."""
+def scratch_notebook(path: Path, cells: list[tuple[str, object]]) -> Path:
+    """Write a notebook of (kind, source) cells, kind "code" or "markdown", with notebook 01's
+    metadata (as JupyterLab writes it); a ("metadata", dict) entry changes the metadata."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "display_name": "Python 3",
-        "language": "python",
-        "name": "python3",
-    }
+    nb.metadata.update(json.loads((NOTEBOOKS / FIRST_NOTEBOOK).read_text())["metadata"])
     for kind, source in cells:
+        if kind == "metadata":
+            nb.metadata.update(source)
+            continue
         maker = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell
         nb.cells.append(maker(source))
     nbformat.write(nb, path)
@@ -678,6 +687,17 @@ def check_shows_one_line(run: NotebookRun) -> tuple[list[str], str]:
 SELF_CHECKS = {
     "selfcheck_error.ipynb": (
         [
+            # A kernel name JupyterLab writes differently: it marks the notebook modified.
+            (
+                "metadata",
+                {
+                    "kernelspec": {
+                        "display_name": "Python 3",
+                        "language": "python",
+                        "name": "python3",
+                    }
+                },
+            ),
             ("code", "print('runs')"),
             ("code", "raise RuntimeError('self-check: this error must be reported')"),
             ("code", "print('never runs: Run All stops at the error')"),
@@ -685,6 +705,7 @@ SELF_CHECKS = {
         [
             r"^cell 2: error or stderr output:.*RuntimeError: self-check: this error must be",
             r"^cell 3 did not run",
+            r"^JupyterLab marked the notebook modified as soon as it opened it",
         ],
     ),
     "selfcheck_render.ipynb": (
