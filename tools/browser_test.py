@@ -39,9 +39,10 @@ What a learner does, done by a program:
    ``lib.checks`` with a wrong answer, and requires the failed check to show in JupyterLab as
    one line that carries the check's sentence, not a traceback.
 5. Self-checks (unless ``--no-self-checks``): scratch notebooks with planted faults (a kernel
-   name JupyterLab rewrites, a raised error, a missing image, an image that cannot be decoded, three broken formulas, a console
-   error, an external image) and the Colab badge; every fault must be reported and the badge
-   tolerated, or the run fails: a detector that finds nothing proves nothing.
+   name JupyterLab rewrites, a raised error, a missing image, an image that cannot be
+   decoded, three broken formulas, a console error, an external image) and the Colab badge;
+   every fault must be reported and the badge tolerated, or the run fails: a detector that
+   finds nothing proves nothing.
 
 It prints one line per notebook (Run All's time, cells, images, formulas) and every problem
 found, then ``test-browser: N passed, M failed``; it exits 1 if anything failed.
