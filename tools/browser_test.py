@@ -32,9 +32,11 @@ What a learner does, done by a program:
      leaves the machine and a notebook that needs the network fails here rather than for a
      reader offline). ``TOLERATED_EXTERNAL`` lists the exceptions, and why.
 
-   Notebooks are never saved (autosave is off in the test's own JupyterLab settings, which
-   leave the learner's untouched); afterwards every notebook must be byte for byte what it
-   was, and ``git status`` what it was.
+   Before that, each notebook is saved once, unchanged, as a learner would (File > Save
+   Notebook): the file must come back byte for byte (stored notebooks are normalised to
+   what JupyterLab writes). After that nothing is saved (autosave is off in the test's own
+   JupyterLab settings, which leave the learner's untouched); at the end every notebook must
+   be byte for byte what it was, and ``git status`` what it was.
 4. Builds a scratch notebook in ``build/browser-test/`` that calls a check from
    ``lib.checks`` with a wrong answer, and requires the failed check to show in JupyterLab as
    one line that carries the check's sentence, not a traceback.
@@ -458,6 +460,7 @@ class Browser:
                 "JupyterLab marked the notebook modified as soon as it opened it: saving it "
                 "unchanged would change the file (is it normalised?)"
             )
+        self._save_unchanged(page, path, result)
         kinds = [c["code"] for c in state["cells"]]
         if kinds != [cell["cell_type"] == "code" for cell in stored]:
             result.problems.append("the cells shown are not the notebook's cells")
@@ -481,6 +484,27 @@ class Browser:
         self._check_rendered(page, result)
         self._check_console(page, result)
         return result
+
+    def _save_unchanged(self, page, path: Path, result: NotebookRun) -> None:
+        """Save the notebook as a learner would (File > Save Notebook) before changing
+        anything: the file must come back byte for byte (it is stored normalised). If it
+        does not, the difference is reported and the stored file put back."""
+        stored, stamp = path.read_bytes(), path.stat().st_mtime_ns
+        self._menu(page, "File", "Save Notebook")
+        deadline = time.monotonic() + 20
+        while path.stat().st_mtime_ns == stamp and time.monotonic() < deadline:
+            page.wait_for_timeout(200)
+        if path.stat().st_mtime_ns == stamp:
+            result.problems.append("File > Save Notebook did not write the notebook in 20 s")
+        elif path.read_bytes() != stored:
+            old, new = stored.decode().splitlines(), path.read_text().splitlines()
+            pairs = zip(old, new, strict=False)
+            first = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(old), len(new)))
+            result.problems.append(
+                f"saving the notebook unchanged in JupyterLab changed the file (first at line "
+                f"{first + 1}): it is not stored as JupyterLab writes it (make normalize)"
+            )
+            path.write_bytes(stored)
 
     def wait_until_shown(self, page, path: Path) -> dict:
         """Wait until the notebook shows all its cells (JupyterLab adds them a few at a time)
@@ -688,7 +712,8 @@ def check_shows_one_line(run: NotebookRun) -> tuple[list[str], str]:
 SELF_CHECKS = {
     "selfcheck_error.ipynb": (
         [
-            # A kernel name JupyterLab writes differently: it marks the notebook modified.
+            # A kernel name JupyterLab writes differently: it marks the notebook modified, and
+            # saving it unchanged rewrites the file.
             (
                 "metadata",
                 {
@@ -707,6 +732,7 @@ SELF_CHECKS = {
             r"^cell 2: error or stderr output:.*RuntimeError: self-check: this error must be",
             r"^cell 3 did not run",
             r"^JupyterLab marked the notebook modified as soon as it opened it",
+            r"^saving the notebook unchanged in JupyterLab changed the file",
         ],
     ),
     "selfcheck_render.ipynb": (
