@@ -23,9 +23,31 @@ NUMBER = re.compile(
 )
 IGNORED = ("# NBVAL_IGNORE_OUTPUT",)
 
+# Notebook 03, section 7 quotes the range of make bench's loop-section ratios (the cell beside
+# it is a timing cell, ignored by nbval): `python bench/bench.py --only loop`, five runs.
+_LOOP = "03 section 7: bench loop section, 5 runs (SkylakeX kernels, 1 thread)"
+
 # (notebook number, number as written) -> why it may stand in the prose unprinted.
 ALLOWED: dict[tuple[str, str], str] = {
     # e.g. ("02", "1.8"): "float64's largest finite number, 1.8 x 10^308 (a constant)",
+    ("03", "0.9"): f"{_LOOP}: loop over heads / reshape, lowest",
+    ("03", "1.7"): f"{_LOOP}: loop over heads / reshape, highest",
+    ("03", "44"): f"{_LOOP}: loop over sequences and heads / reshape, tiniest shape, highest",
+    ("03", "1.3"): f"{_LOOP}: loop over sequences and heads / reshape, n = 32, lowest",
+    ("03", "2.1"): f"{_LOOP}: loop over sequences and heads / reshape, n = 32, highest",
+    ("03", "0.8"): f"{_LOOP}: loop over sequences and heads / reshape, two largest, lowest",
+    ("03", "1.0"): f"{_LOOP}: loop over sequences and heads / reshape, two largest, highest",
+    ("07", "0.044715"): "a constant of GELU's tanh approximation (Hendrycks and Gimpel, 2016)",
+    ("07", "1e-9"): "tests/test_bert.py's float64 tolerance for hidden states (section 4)",
+    ("07", "1e-12"): "tests/test_bert.py's float64 tolerance for attention weights (section 4)",
+    ("07", "1e-4"): "tests/test_bert.py's float32 tolerance for hidden states (section 4)",
+    ("07", "1e-5"): "tests/test_bert.py's float32 tolerance for attention weights (section 4)",
+    ("08", "0.42"): "lib / nn.MultiheadAttention, lowest over the make bench runs in the README",
+    ("08", "0.87"): "lib / nn.MultiheadAttention, highest over the make bench runs in the README",
+    ("08", "0.52"): "lib / SDPA module, lowest over the make bench runs in the README",
+    ("08", "1.20"): "lib / SDPA module, highest over the make bench runs in the README",
+    ("08", "1e-12"): "the tolerance every comparison of sections 2 to 8 prints (section 11 recaps)",
+    ("08", "2.13"): "the torch version the course pins (constraints.txt), not a measurement",
     ("05", "1e-10"): "float64 rounding (1e-16) over the step eps = 1e-6: what central "
     "differences can resolve (a constant)",
     ("05", "0.999"): "Adam's usual beta_2 (Kingma and Ba, 2015; a constant)",
