@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import stub
+from test_checks_09 import NB09_MUTANTS
 from test_checks_robustness import REFERENCES
 from torch import nn
 
@@ -530,6 +531,9 @@ MUTANTS = {
         ),
     ],
 }
+
+
+MUTANTS.update(NB09_MUTANTS)
 
 
 def load_with_bias_always(p):

@@ -18,6 +18,7 @@ from lib import attention as A
 from lib import checks, head_types, pruning, torch_bridge
 from lib import heads as H
 from lib import lists as L
+from lib import positions as POS
 from lib import tiny as T
 from lib.backprop import softmax_backward
 from lib.checks import CheckFailed
@@ -54,6 +55,14 @@ def adam_step(param, grad, m, v, t, lr, beta1, beta2, eps):
     return param - lr * m_hat / (np.sqrt(v_hat) + eps), m, v
 
 
+def rope_scores(q, k, base):
+    """Notebook 09's exercise: RoPE with the interleaved layout, then q k^T / sqrt(d_k)."""
+    pos = np.arange(np.shape(q)[-2])
+    turned_q = POS.rope_rotate(q, pos, base, "interleaved")
+    turned_k = POS.rope_rotate(k, pos, base, "interleaved")
+    return turned_q @ np.swapaxes(turned_k, -1, -2) / math.sqrt(turned_q.shape[-1])
+
+
 # Every check, with the reference answer of its exercise.
 REFERENCES = {
     "check_softmax_list": (checks.check_softmax_list, L.softmax),
@@ -86,6 +95,9 @@ REFERENCES = {
     "check_torch_attn_mask": (checks.check_torch_attn_mask, torch_bridge.to_torch_attn_mask),
     "check_pack_in_proj": (checks.check_pack_in_proj, torch_bridge.pack_in_proj),
     "check_load_into_torch": (checks.check_load_into_torch, torch_bridge.to_torch_mha),
+    "check_sinusoidal_shift": (checks.check_sinusoidal_shift, POS.sinusoidal_shift),
+    "check_rope_scores": (checks.check_rope_scores, rope_scores),
+    "check_alibi_bias": (checks.check_alibi_bias, POS.alibi_bias),
 }
 # These exercises ask for torch objects (tensors, a module), so plain lists are rightly refused.
 TORCH_ANSWERS = {"check_torch_attn_mask", "check_pack_in_proj", "check_load_into_torch"}
