@@ -30,6 +30,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     "(10 seeds, 400 steps), quoted in section 8 as that run's",
     ("09", "0.69"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
     ("09", "0.43"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
+    ("09", "0.85"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
+    ("09", "0.76"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
     ("09", "6.3"): "2 pi, the period in positions of RoPE's fastest pair (theta_0 = 1 radian)",
 }
 
