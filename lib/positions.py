@@ -60,8 +60,10 @@ BASE = 10000.0
 
 
 def query_positions(n_q: int, n_k: int) -> np.ndarray:
-    """Positions of the queries: the last n_q of the n_k keys' (0..n_q-1 when n_q > n_k)."""
-    return np.arange(n_q) + max(n_k - n_q, 0)
+    """Positions of the n_q queries against keys at 0..n_k-1: ``n_k - n_q + i``, the last n_q
+    positions, as :func:`lib.attention.causal_mask` aligns them (with n_q > n_k the first
+    ones are negative: those queries see no key under a causal mask)."""
+    return np.arange(n_q) + (n_k - n_q)
 
 
 # --------------------------------------------------------------------------- sinusoidal

@@ -257,6 +257,9 @@ def test_alibi_bias_with_cached_keys_is_the_last_rows():
 
 def test_query_positions_follow_causal_masks_convention():
     """Query i of n_q sees keys 0 .. query_positions[i] under A.causal_mask(n_q, n_k)."""
-    for n_q, n_k in ((3, 3), (2, 7), (1, 1), (4, 6)):
-        reach = A.causal_mask(n_q, n_k).sum(axis=1) - 1
-        np.testing.assert_array_equal(POS.query_positions(n_q, n_k), reach)
+    for n_q, n_k in ((3, 3), (2, 7), (1, 1), (4, 6), (5, 3)):
+        mask = A.causal_mask(n_q, n_k)
+        positions = POS.query_positions(n_q, n_k)
+        sees = mask.any(axis=1)  # with n_q > n_k the first queries see no key
+        np.testing.assert_array_equal(positions[sees], mask.sum(axis=1)[sees] - 1)
+        assert (positions[~sees] < 0).all()
