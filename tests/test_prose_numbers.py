@@ -48,6 +48,13 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("08", "1.20"): "lib / SDPA module, highest over the make bench runs in the README",
     ("08", "1e-12"): "the tolerance every comparison of sections 2 to 8 prints (section 11 recaps)",
     ("08", "2.13"): "the torch version the course pins (constraints.txt), not a measurement",
+    ("09", "0.77"): "RoPE's worst seed at length 128 in bench/positions.py's larger run "
+    "(10 seeds, 400 steps), quoted in section 8 as that run's",
+    ("09", "0.69"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
+    ("09", "0.43"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
+    ("09", "0.85"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
+    ("09", "0.76"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
+    ("09", "6.3"): "2 pi, the period in positions of RoPE's fastest pair (theta_0 = 1 radian)",
 }
 
 
