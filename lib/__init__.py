@@ -19,6 +19,8 @@ Import the module you need; each one belongs to the notebook that derives it:
 - ``lib.head_types``: head-type scores, labels and the coreference probe (notebook 07).
 - ``lib.torch_bridge``: our weights and masks to and from ``torch.nn.MultiheadAttention``
   (notebook 08; the only module that imports torch).
+- ``lib.positions``: the sinusoidal table and its shifts, RoPE (both pair layouts), ALiBi's
+  slopes and bias (notebook 09).
 - ``lib.checks``: the checks that follow each exercise.
 - ``lib.install``: what each notebook's set-up cell runs where the course is not installed
   (Google Colab); standard library only.

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import stub
+from test_checks_09 import NB09_MUTANTS
 from test_checks_robustness import REFERENCES
 
 from lib import attention as A
@@ -819,6 +820,9 @@ MUTANTS = {
         ),
     ],
 }
+
+
+MUTANTS.update(NB09_MUTANTS)
 
 
 CASES = [(name, label, fn, fragment) for name, ms in MUTANTS.items() for label, fn, fragment in ms]

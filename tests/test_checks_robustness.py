@@ -18,6 +18,7 @@ from lib import attention as A
 from lib import checks, head_types, pruning, torch_bridge
 from lib import heads as H
 from lib import lists as L
+from lib import positions as POS
 from lib import tiny as T
 from lib.backprop import softmax_backward
 from lib.checks import CheckFailed
@@ -116,6 +117,14 @@ def prune_heads(model, select_data, max_drop):
     return [step.removed for step in steps[1:]]
 
 
+def rope_scores(q, k, base):
+    """Notebook 09's exercise: RoPE with the interleaved layout, then q k^T / sqrt(d_k)."""
+    pos = np.arange(np.shape(q)[-2])
+    turned_q = POS.rope_rotate(q, pos, base, "interleaved")
+    turned_k = POS.rope_rotate(k, pos, base, "interleaved")
+    return turned_q @ np.swapaxes(turned_k, -1, -2) / math.sqrt(turned_q.shape[-1])
+
+
 # Every check, with the reference answer of its exercise.
 REFERENCES = {
     "check_log_softmax_list": (checks.check_log_softmax_list, log_softmax_row),
@@ -155,6 +164,9 @@ REFERENCES = {
     "check_torch_mask": (checks.check_torch_mask, to_torch_mask),
     "check_from_torch": (checks.check_from_torch, torch_bridge.from_torch_mha),
     "check_torch_attention": (checks.check_torch_attention, torch_attention),
+    "check_sinusoidal_shift": (checks.check_sinusoidal_shift, POS.sinusoidal_shift),
+    "check_rope_scores": (checks.check_rope_scores, rope_scores),
+    "check_alibi_bias": (checks.check_alibi_bias, POS.alibi_bias),
 }
 # These exercises ask for a torch tensor or an MHAParams, so plain lists are rightly refused.
 TORCH_ANSWERS = {"check_torch_mask", "check_from_torch"}

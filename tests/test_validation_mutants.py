@@ -28,7 +28,9 @@ from test_bad_inputs import ROWS, failure
 # expected, and only the table's verdict matters.
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-MODULES = ("lib.attention", "lib.backprop", "lib.tiny", "lib.lists", "lib.torch_bridge")
+MODULES = (
+    "lib.attention", "lib.backprop", "lib.tiny", "lib.lists", "lib.torch_bridge", "lib.positions",
+)  # fmt: skip
 ALIASES = {"V", "V_"}  # how the modules import lib._validate
 # Functions of lib._validate that are not checks: computations, message text, and the
 # error builders (their call sites are the `raise` statements around them).
@@ -186,6 +188,7 @@ MODULE_ROWS = {  # the rows most likely to notice a deletion in each module come
     "lib.tiny": ("tiny.",),
     "lib.lists": ("lists.",),
     "lib.torch_bridge": ("torch_bridge.",),
+    "lib.positions": ("positions.",),
 }  # fmt: skip
 
 

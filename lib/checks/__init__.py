@@ -9,7 +9,7 @@ mask the wrong way round, ...) the sentence names that mistake; otherwise it say
 property is broken (shape, rows not summing to 1, ...). Messages never contain the
 solution's code. In Jupyter a failed check shows as that one line, not a traceback.
 
-One module per notebook (``nb01_lists`` ... ``nb08_pytorch``), all built on ``_core``:
+One module per notebook (``nb01_lists`` ... ``nb09_positions``), all built on ``_core``:
 ``CheckFailed``, the call wrapper ``call`` and the mistake table ``diagnose``.
 """
 
@@ -38,11 +38,13 @@ from .nb07_pretrained import (
     check_target_score,
 )
 from .nb08_pytorch import check_from_torch, check_torch_attention, check_torch_mask
+from .nb09_positions import check_alibi_bias, check_rope_scores, check_sinusoidal_shift
 
 __all__ = [
     "CheckFailed",
     "check_ablation_drops",
     "check_adam_step",
+    "check_alibi_bias",
     "check_attention_list",
     "check_causal_mask",
     "check_coreference_accuracy",
@@ -60,6 +62,8 @@ __all__ = [
     "check_param_count",
     "check_previous_token_score",
     "check_prune_heads",
+    "check_rope_scores",
+    "check_sinusoidal_shift",
     "check_smallest_sufficient_heads",
     "check_softmax",
     "check_softmax_backward",
