@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: install lab lab-student test lint bench student grade clean notebooks-links test-colab normalize execute
+.PHONY: install lab lab-student test lint bench student grade clean notebooks-links test-colab normalize execute test-browser
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -56,6 +56,13 @@ execute: install
 			--ExecutePreprocessor.record_timing=False $$nb || exit 1; \
 	done
 	$(BIN)/python -m tools.normalize_notebooks $(NB)
+
+# Every notebook run in JupyterLab (started by `make lab`) in headless Chromium, as a learner
+# would: clear outputs, Run All, no error, every image and formula shown, no console error;
+# installs Debian's chromium first where it is missing and this runs as root. See
+# tools/browser_test.py and the README.
+test-browser: install
+	$(BIN)/python -m tools.browser_test
 
 # Write the Colab badges, the set-up cells and the packaged data from pyproject.toml's
 # [project.urls] Repository (the course's public address); see tools/notebook_links.py.

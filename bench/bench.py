@@ -145,24 +145,30 @@ SHAPES = [  # (batch, n, d_model, heads)
 ]
 
 
-def bench_loop_vs_reshape(reps: int) -> None:
+def bench_loop_vs_reshape(reps: int, threads: int) -> None:
+    from threadpoolctl import threadpool_limits
+
     print("\n== Per-head loop vs reshape (self-attention, float64, no mask) ==")
     print("reshape: A.multi_head_attention_reshape, the plain form notebook 03 derives")
     print("ratio > 1: the loop is slower than the reshape version")
+    # Notebook 03 times these shapes with one BLAS thread: on a busy 2-core machine two
+    # threads made single timings jump by large factors from run to run.
+    print(f"threads: {threads} for NumPy's BLAS (threadpoolctl)")
     header = f"{'batch':>5} {'n':>5} {'d':>5} {'h':>3} {'reshape':>12} {'loop heads':>12}"
     print(header + f" {'loop b+h':>12} {'heads/reshape':>14} {'b+h/reshape':>12}")
     for batch, n, d, h in SHAPES:
         rng = np.random.default_rng(0)
         params = A.init_mha_params(d, h, rng)
         x = rng.normal(size=(batch, n, d))
-        t = interleaved_medians(
-            {
-                "reshape": lambda x=x, p=params: A.multi_head_attention_reshape(x, x, p),
-                "heads": lambda x=x, p=params: A.multi_head_attention_per_head(x, x, p),
-                "b+h": lambda x=x, p=params: mha_loop_batch_and_heads(x, x, p),
-            },
-            reps=max(5, reps // (1 + n // 64)),
-        )
+        with threadpool_limits(limits=threads):
+            t = interleaved_medians(
+                {
+                    "reshape": lambda x=x, p=params: A.multi_head_attention_reshape(x, x, p),
+                    "heads": lambda x=x, p=params: A.multi_head_attention_per_head(x, x, p),
+                    "b+h": lambda x=x, p=params: mha_loop_batch_and_heads(x, x, p),
+                },
+                reps=max(5, reps // (1 + n // 64)),
+            )
         print(
             f"{batch:5d} {n:5d} {d:5d} {h:3d} {fmt_time(t['reshape'])} {fmt_time(t['heads'])} "
             f"{fmt_time(t['b+h'])} {t['heads'] / t['reshape']:13.2f}x "
@@ -230,6 +236,8 @@ def bench_training(reps: int) -> None:
         (16, 4, (1, 2, 3)),
         (16, 16, (1, 2, 3)),
         (32, 8, (1, 3)),
+        (256, 4, (1, 2, 3)),  # the syllabus's d_model for the head-count sweep (notebook 05)
+        (256, 16, (1, 2, 3)),
     ):
         model = T.init_tiny_model(8, 12, d, h, 8, rng, n_slots=len(offsets))
         optimiser = T.Adam()
@@ -581,7 +589,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--only", choices=SECTIONS, help="run one section only")
     parser.add_argument(
-        "--threads", type=int, default=1, help="threads for NumPy and torch in the torch section"
+        "--threads",
+        type=int,
+        default=1,
+        help="threads for NumPy (loop and torch sections) and torch (torch section)",
     )
     parser.add_argument(
         "--students", type=int, help="students in the grading section (default 20, --quick 4)"
@@ -596,7 +607,7 @@ def main() -> None:
     if "lists" in run:
         bench_lists_vs_numpy(reps)
     if "loop" in run:
-        bench_loop_vs_reshape(reps)
+        bench_loop_vs_reshape(reps, args.threads)
     if "gflops" in run:
         bench_gflops(reps)
     if "training" in run:

@@ -19,6 +19,8 @@ Import the module you need; each one belongs to the notebook that derives it:
 - ``lib.head_types``: head-type scores, labels and the coreference probe (notebook 07).
 - ``lib.torch_bridge``: our weights and masks to and from ``torch.nn.MultiheadAttention``
   (notebook 08; the only module that imports torch).
+- ``lib.positions``: the sinusoidal table and its shifts, RoPE (both pair layouts), ALiBi's
+  slopes and bias (notebook 09).
 - ``lib.blockwise``: exact attention in blocks, the online softmax, lib's cache-blocked
   kernel and fast multi-head forward (notebook 10).
 - ``lib.kv_cache``: grouped-query and multi-query attention, decoding with a KV cache

@@ -50,6 +50,36 @@ def count(value, name: str, low: int = 1) -> int:
     return int(value)
 
 
+def integer(value, name: str) -> int:
+    """A whole number of any sign: an ``int`` or NumPy integer, not a bool or a float."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
+def even(value: int, name: str, why: str) -> None:
+    """An even count; ``why`` says what needs it (e.g. 'sin and cos come in pairs')."""
+    if value % 2:
+        raise ValueError(f"{name} must be even ({why}), got {value}")
+
+
+def positive(value, name: str) -> float:
+    """A finite real number > 0 (not a bool), as a Python float."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number > 0, got {value!r} ({type(value).__name__})")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def one_of(value, name: str, options: tuple[str, ...]) -> str:
+    """One of a few named options (strings)."""
+    if not isinstance(value, str) or value not in options:
+        listed = ", ".join(repr(o) for o in options)
+        raise ValueError(f"{name} must be one of {listed}, got {value!r}")
+    return value
+
+
 def divisors(n: int) -> list[int]:
     return [h for h in range(1, n + 1) if n % h == 0]
 
@@ -241,6 +271,45 @@ def list_mask(mask, n_q: int, n_k: int) -> None:
             f"mask of shape {(rows, cols)} does not match the attention scores' shape "
             f"{(n_q, n_k)} (n_q, n_k)"
         )
+
+
+# --------------------------------------------------------------------------- positions
+
+
+def positions(p, n: int, name: str = "positions") -> np.ndarray:
+    """Positions of ``n`` tokens: a 1-D array (or list) of ``n`` integers, any sign."""
+    p = np.asarray(p)
+    if p.ndim != 1 or not np.issubdtype(p.dtype, np.integer):
+        raise ValueError(f"{name} must be a 1-D array of integers, got {p.dtype} {p.shape}")
+    if p.shape[0] != n:
+        raise ValueError(f"{name} has {p.shape[0]} entries but there are {n} tokens (axis -2)")
+    return p
+
+
+def rope(r):
+    """``r`` is a :class:`lib.positions.RoPE` (its base and layout were checked when built)."""
+    from .positions import RoPE
+
+    if not isinstance(r, RoPE):
+        raise ValueError(f"rope must be a lib.positions.RoPE, got {type(r).__name__}")
+    return r
+
+
+def score_bias(bias, scores_shape: tuple[int, ...]) -> np.ndarray:
+    """A real, finite array added to the scores: it broadcasts to their shape
+    (batch, heads, n_q, n_k) without growing it, and gets four axes."""
+    bias = real_array(bias, "score_bias")
+    try:
+        grown = np.broadcast_shapes(bias.shape, scores_shape)
+    except ValueError:
+        grown = None
+    if grown != tuple(scores_shape):
+        raise ValueError(
+            f"score_bias of shape {bias.shape} cannot broadcast to the attention scores' shape "
+            f"{tuple(scores_shape)} (batch, heads, n_q, n_k)"
+        )
+    finite(bias, "score_bias")
+    return bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
 
 
 # --------------------------------------------------------------------------- lists
@@ -445,11 +514,13 @@ def scores_fit(q: np.ndarray, k: np.ndarray, q_norm: float, k_norm: float) -> bo
         return all_finite(q @ np.swapaxes(k, -1, -2))
 
 
-def mha_nonfinite(x_q: np.ndarray, x_kv: np.ndarray, p) -> None:
+def mha_nonfinite(x_q: np.ndarray, x_kv: np.ndarray, p, scores_of=None) -> None:
     """Raise the ValueError that explains a NaN or inf met in a multi-head forward whose
     inputs and parameters were checked finite: the first stage whose finite operands
     overflowed (the projections, the scores, the output), with the arrays involved.
-    x_q, x_kv: (batch, n, d_model).
+    x_q, x_kv: (batch, n, d_model). ``scores_of``: for a forward that puts positions into
+    the scores (RoPE, a score bias), a pair (how the message names the scores, a function
+    of the scaled q and k, (batch, heads, n, d_k), that computes them) and the arrays it adds.
     """
     dtype = np.result_type(x_q, x_kv, *(getattr(p, n) for n in WEIGHT_NAMES))
     h, d_k = p.n_heads, p.d_k
@@ -465,6 +536,10 @@ def mha_nonfinite(x_q: np.ndarray, x_kv: np.ndarray, p) -> None:
         q, k = projected["q"] * (1.0 / math.sqrt(d_k)), projected["k"]
         if not all_finite(q @ k.swapaxes(-1, -2)):
             raise overflow(SCORES, dtype, {"q": q, "k": k})
+        if scores_of is not None:
+            what, scores, added = scores_of
+            if not all_finite(scores(q, k)):
+                raise overflow(what, dtype, {"q": q, "k": k} | added)
     raise overflow(
         OUTPUT,
         dtype,

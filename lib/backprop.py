@@ -5,12 +5,18 @@ computes, and keeps in a cache the intermediate arrays the backward pass needs. 
 backward pass takes the gradient of the loss with respect to the output and returns the
 gradient with respect to every input and parameter.
 
-Two additions over the plain forward:
+Three additions over the plain forward:
 
 - ``head_mask``: one number per head, shape (heads,) or (batch, heads), that multiplies
   each head's output before the heads are concatenated. All ones is the ordinary layer;
   a 0 switches a head off (notebook 06 prunes heads this way). The gradient with respect
   to the head mask, at all ones, is the loss's sensitivity to each head.
+- positions in the scores (notebook 09): ``rope``, a :class:`lib.positions.RoPE` that turns
+  each head's queries and keys by their positions before the scores are taken, and
+  ``score_bias``, an array added to the scaled scores (ALiBi's bias,
+  :func:`lib.positions.alibi_bias`). The backward pass turns the gradients of q and k back
+  (a rotation's transpose is the opposite rotation) and returns the gradient of the bias
+  (so that slopes, if trained, could be).
 - the backward pass of the softmax, :func:`softmax_backward`, derived in notebook 05:
   for ``p = softmax(s)`` and upstream gradient ``g = dL/dp``,
   ``dL/ds = p * (g - sum(g * p))`` along the softmax axis.
@@ -29,6 +35,7 @@ import numpy as np
 
 from . import _validate as V
 from .attention import MHAParams, _batched_mask, _merge, _split
+from .positions import RoPE, query_positions
 
 PARAM_NAMES = V.PARAM_NAMES
 
@@ -90,13 +97,16 @@ class MHACache:
     params: MHAParams
     x_q: np.ndarray  # (batch, n_q, d)
     x_kv: np.ndarray  # (batch, n_k, d)
-    q: np.ndarray  # (batch, heads, n_q, d_k), already scaled by 1/sqrt(d_k)
-    k: np.ndarray  # (batch, heads, n_k, d_k)
+    q: np.ndarray  # (batch, heads, n_q, d_k), already scaled by 1/sqrt(d_k) (and turned)
+    k: np.ndarray  # (batch, heads, n_k, d_k) (turned by RoPE, when there is one)
     v: np.ndarray  # (batch, heads, n_k, d_k)
     weights: np.ndarray  # (batch, heads, n_q, n_k)
     heads: np.ndarray  # (batch, heads, n_q, d_k), before the head mask
     concat: np.ndarray  # (batch, n_q, d), after the head mask
     head_mask: np.ndarray  # (batch, heads) or (heads,)
+    rope: RoPE | None = None
+    rope_angles: tuple | None = None  # (cos_q, sin_q, cos_k, sin_k), each (n, d_k / 2)
+    score_bias_shape: tuple | None = None  # the shape of the score bias given
 
 
 def _head_mask_4d(head_mask: np.ndarray) -> np.ndarray:
@@ -112,14 +122,22 @@ def mha_forward(
     params: MHAParams,
     mask: np.ndarray | None = None,
     head_mask: np.ndarray | None = None,
+    *,
+    rope: RoPE | None = None,
+    score_bias: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, MHACache]:
     """Multi-head attention forward pass that remembers what backward needs.
 
     x_q: (batch, n_q, d), x_kv: (batch, n_k, d); mask broadcastable to
     (batch, heads, n_q, n_k); head_mask (heads,) or (batch, heads), default all ones.
+    rope: a :class:`lib.positions.RoPE` (d_k even), which turns every head's queries and
+    keys by their positions (keys 0..n_k-1, queries the last n_q of those) before the scores;
+    score_bias: finite numbers broadcastable to (batch, heads, n_q, n_k), added to the
+    scaled scores before the mask (ALiBi: ``lib.positions.alibi_bias``).
     Returns (output (batch, n_q, d), weights (batch, heads, n_q, n_k), cache).
-    With ``head_mask`` all ones the output equals ``lib.attention.multi_head_attention``,
-    whose checks, empty-sequence answers and errors it shares (inputs must be batched).
+    With ``head_mask`` all ones and no positions the output equals
+    ``lib.attention.multi_head_attention``, whose checks, empty-sequence answers and errors
+    it shares (inputs must be batched).
     """
     V.params(params)
     x_q, x_kv, _ = V.mha_inputs(x_q, x_kv, params.d_model, unbatched=False)
@@ -128,6 +146,18 @@ def mha_forward(
     h = params.n_heads
     dtype = np.result_type(x_q, x_kv, params.W_q, params.W_k, params.W_v, params.W_o)
     head_mask = V.head_mask(head_mask, x_q.shape[0], h, dtype)
+    n_q, n_k = x_q.shape[1], x_kv.shape[1]
+    angles = None
+    if rope is not None:
+        V.rope(rope)
+        V.even(params.d_k, "d_k", "RoPE turns pairs of coordinates")
+        angles = rope.cos_sin(query_positions(n_q, n_k), params.d_k, dtype) + rope.cos_sin(
+            np.arange(n_k), params.d_k, dtype
+        )
+    bias_shape = None
+    if score_bias is not None:
+        bias_shape = np.shape(score_bias)
+        score_bias = V.score_bias(score_bias, (x_q.shape[0], h, n_q, n_k))
 
     def project(x, W, b):
         y = x @ W
@@ -138,7 +168,11 @@ def mha_forward(
         q = _split(project(x_q, params.W_q, params.b_q) * scale, h)  # (b, heads, n_q, d_k)
         k = _split(project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
         v = _split(project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
+        if rope is not None:  # turn each pair of q's and k's coordinates by its angle
+            q, k = rope.rotate(q, *angles[:2]), rope.rotate(k, *angles[2:])
         scores = q @ k.transpose(0, 1, 3, 2)  # (batch, heads, n_q, n_k)
+        if score_bias is not None:
+            scores += score_bias
         fine = V.all_finite(scores)  # before masking: an overflow anywhere is an error
         if fine:
             if mask is not None:  # add 0 where allowed, -inf where not (cheaper than np.where)
@@ -148,9 +182,27 @@ def mha_forward(
             concat = _merge(heads * _head_mask_4d(head_mask))  # (batch, n_q, d)
             out = project(concat, params.W_o, params.b_o)  # (batch, n_q, d)
     if not (fine and V.all_finite(out)):
-        V.mha_nonfinite(x_q, x_kv, params)
-    cache = MHACache(params, x_q, x_kv, q, k, v, weights, heads, concat, head_mask)
+        V.mha_nonfinite(x_q, x_kv, params, _positioned_scores(rope, angles, score_bias))
+    cache = MHACache(
+        params, x_q, x_kv, q, k, v, weights, heads, concat, head_mask, rope, angles, bias_shape
+    )
     return out, weights, cache
+
+
+def _positioned_scores(rope, angles, score_bias):
+    """How :func:`lib._validate.mha_nonfinite` computes and names scores with positions."""
+    if rope is None and score_bias is None:
+        return None
+
+    def scores(q, k):
+        if rope is not None:
+            q, k = rope.rotate(q, *angles[:2]), rope.rotate(k, *angles[2:])
+        s = q @ k.swapaxes(-1, -2)
+        return s if score_bias is None else s + score_bias
+
+    what = V.SCORES + (" turned by RoPE" if rope is not None else "")
+    what += " + score_bias" if score_bias is not None else ""
+    return what, scores, {} if score_bias is None else {"score_bias": score_bias}
 
 
 def _masked_softmax(scores: np.ndarray) -> np.ndarray:
@@ -174,8 +226,8 @@ def mha_backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     raise ValueError.
     Returns a dict with dL/d of: ``W_q W_k W_v W_o`` (and ``b_q b_k b_v b_o`` when the
     layer has biases), ``x_q``, ``x_kv`` (for self-attention, where one array is passed
-    as both, the input's gradient is their sum) and ``head_mask`` (same shape as the
-    head mask used).
+    as both, the input's gradient is their sum), ``head_mask`` (same shape as the
+    head mask used) and, when the forward had one, ``score_bias`` (same shape as given).
     """
     d_out = V.real_array(d_out, "d_out")
     if d_out.shape != cache.concat.shape:
@@ -210,10 +262,15 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     d_weights = d_heads @ cache.v.transpose(0, 1, 3, 2)  # (batch, heads, n_q, n_k)
     d_v = cache.weights.transpose(0, 1, 3, 2) @ d_heads  # (batch, heads, n_k, d_k)
 
-    # weights = softmax(q k^T), with q already scaled
+    # weights = softmax(q k^T + score_bias), with q already scaled
     d_scores = _softmax_grad(cache.weights, d_weights)
-    d_q = d_scores @ cache.k  # (batch, heads, n_q, d_k), for the scaled q
+    if cache.score_bias_shape is not None:  # summed over the axes the bias broadcast along
+        grads["score_bias"] = _sum_to_shape(d_scores, cache.score_bias_shape)
+    d_q = d_scores @ cache.k  # (batch, heads, n_q, d_k), for the scaled (turned) q
     d_k = d_scores.transpose(0, 1, 3, 2) @ cache.q  # (batch, heads, n_k, d_k)
+    if cache.rope is not None:  # RoPE turned q and k: turn their gradients back
+        cos_q, sin_q, cos_k, sin_k = cache.rope_angles
+        d_q, d_k = cache.rope.rotate(d_q, cos_q, -sin_q), cache.rope.rotate(d_k, cos_k, -sin_k)
 
     # the projections; q carried the scale 1/sqrt(d_k)
     scale = 1.0 / math.sqrt(p.d_k)
@@ -227,3 +284,12 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     grads["x_q"] = d_qp @ p.W_q.T
     grads["x_kv"] = d_kp @ p.W_k.T + d_vp @ p.W_v.T
     return grads
+
+
+def _sum_to_shape(d: np.ndarray, shape: tuple) -> np.ndarray:
+    """The gradient of an array of ``shape`` that was broadcast to ``d``'s shape: ``d``
+    summed over the axes it was broadcast along."""
+    lead = d.ndim - len(shape)
+    d = d.sum(axis=tuple(range(lead))) if lead else d
+    axes = tuple(i for i, size in enumerate(shape) if size == 1 and d.shape[i] != 1)
+    return d.sum(axis=axes, keepdims=True) if axes else d

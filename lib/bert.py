@@ -10,7 +10,7 @@ One encoder layer, in the row-vector convention ``x @ W`` used everywhere in lib
 
     a = multi_head_attention(x, x, params, padding mask)     # lib.attention, with biases
     x = LayerNorm(x + a)
-    x = LayerNorm(x + gelu(x @ W_in + b_in) @ W_out + b_out)
+    x = LayerNorm(x + gelu(x @ W_in + b_in) @ W_out + b_out)    # gelu: the exact (erf) form
 
 The checkpoint stores torch ``nn.Linear`` weights as (d_out, d_in) (torch computes
 ``x @ W.T``); :func:`load_weights` transposes them once to (d_in, d_out).
@@ -327,12 +327,26 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """BERT's GELU: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), not the tanh approximation.
+    """GELU in its exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), Phi the standard
+    normal CDF.
 
+    This is what all-MiniLM-L6-v2 uses: its config.json says ``hidden_act: "gelu"``, which in
+    Hugging Face's transformers (``ACT2FN["gelu"]``, torch's exact ``F.gelu``) is this form.
+    Google's original BERT code computes the tanh approximation instead (:func:`gelu_tanh`).
     NumPy has no erf; SciPy's is exact to float64 precision. (A 1.5e-7 approximation of erf
     was tried first: the error grew layer by layer to 4e-5 in the last hidden states.)
     """
     return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as Google's
+    original BERT code computes it (transformers' "gelu_new", torch's
+    ``F.gelu(approximate="tanh")``). Not what this model was trained with: see :func:`gelu`.
+    """
+    x = np.asarray(x)
+    c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
+    return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, dtype=x.dtype) * x**3)))
 
 
 # --------------------------------------------------------------------------- forward
@@ -428,19 +442,22 @@ def embed(weights: BertWeights, input_ids, token_type_ids=None) -> np.ndarray:
 
 
 def encoder_layer(
-    layer: BertLayer, x: np.ndarray, mask: np.ndarray, eps: float
+    layer: BertLayer, x: np.ndarray, mask: np.ndarray, eps: float, activation=gelu
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One post-LayerNorm encoder layer: returns (new x, attention weights)."""
+    """One post-LayerNorm encoder layer: returns (new x, attention weights).
+
+    ``activation`` is the feed-forward block's non-linearity (this model's: :func:`gelu`).
+    """
     attended, weights = A.multi_head_attention(x, x, layer.attention, mask)
     x = layer_norm(x + attended, layer.attn_norm_gamma, layer.attn_norm_beta, eps)
-    hidden = gelu(x @ layer.W_in + layer.b_in)  # (batch, n, d_ff)
+    hidden = activation(x @ layer.W_in + layer.b_in)  # (batch, n, d_ff)
     out = hidden @ layer.W_out + layer.b_out  # (batch, n, d_model)
     x = layer_norm(x + out, layer.out_norm_gamma, layer.out_norm_beta, eps)
     return x, weights
 
 
 def bert_forward(
-    weights: BertWeights, input_ids, attention_mask=None, token_type_ids=None
+    weights: BertWeights, input_ids, attention_mask=None, token_type_ids=None, activation=gelu
 ) -> BertOutput:
     """Run the encoder: every layer's hidden states and attention weights.
 
@@ -448,13 +465,20 @@ def bert_forward(
     tokens, False/0 for padding (default: all real). Padding keys get attention weight 0;
     padded positions still get hidden states (as in the reference implementation), which
     :func:`mean_pool` leaves out. A 1-D input is treated as a batch of one.
+    ``activation``: the feed-forward non-linearity; the model's own is :func:`gelu` (pass
+    :func:`gelu_tanh` to see what the approximation changes).
     """
+    if activation not in (gelu, gelu_tanh):
+        raise ValueError(
+            f"activation must be lib.bert.gelu (the model's) or lib.bert.gelu_tanh, got "
+            f"{activation!r}"
+        )
     ids, mask, types = _check_inputs(weights.config, input_ids, attention_mask, token_type_ids)
     x = embed(weights, ids, types)
     key_mask = mask[:, None, None, :]  # (batch, 1, 1, n_k): broadcasts over heads and queries
     hidden_states, attentions = [x], []
     for layer in weights.layers:
-        x, w = encoder_layer(layer, x, key_mask, weights.config.layer_norm_eps)
+        x, w = encoder_layer(layer, x, key_mask, weights.config.layer_norm_eps, activation)
         hidden_states.append(x)
         attentions.append(w)  # (batch, heads, n_q, n_k)
     return BertOutput(np.stack(hidden_states), np.stack(attentions), mask)

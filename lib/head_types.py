@@ -7,7 +7,8 @@ every average, so a head is judged on real tokens only.
 
 A *head-type score* is the mean attention weight that a head's queries put on a set of
 target keys: the previous token, the next token, the token itself, [CLS], [SEP] or the
-punctuation marks. It lies in [0, 1]: 1 means every query put all its weight there.
+punctuation marks (:func:`target_masks`), or the token any number of places away
+(:func:`offset_masks`). It lies in [0, 1]: 1 means every query put all its weight there.
 """
 
 from __future__ import annotations
@@ -83,6 +84,31 @@ def target_masks(
         punct[b, : len(toks)] = [t in PUNCTUATION for t in toks]
     out["punctuation"] = (pair & punct[:, None, :], real & punct.any(axis=1)[:, None])
     return out
+
+
+def offset_masks(attention_mask, offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """(targets (batch, n_q, n_k), queries (batch, n_q)) for "the token ``offset`` places
+    away": the target of query i is key i + offset (-1: the previous token, +1: the next
+    one, 0: the token itself). Only real tokens count, as queries and as targets, so the
+    queries are the real tokens whose key i + offset is a real token of the same sentence;
+    nothing wraps around.
+
+    ``offset_masks(mask, -1)`` and ``offset_masks(mask, +1)`` are the "previous" and "next"
+    masks of :func:`target_masks`, built from the mask alone (no tokens needed).
+    """
+    mask = np.asarray(attention_mask)
+    if mask.ndim != 2 or not (mask.dtype == bool or np.isin(mask, (0, 1)).all()):
+        raise ValueError(
+            f"attention_mask must be a (batch, n) array of booleans (or 0/1), got "
+            f"{mask.dtype} {mask.shape}"
+        )
+    mask = mask.astype(bool)
+    if isinstance(offset, bool) or not isinstance(offset, int | np.integer):
+        raise ValueError(f"offset must be an integer, got {offset!r}")
+    i = np.arange(mask.shape[1])
+    pair = mask[:, :, None] & mask[:, None, :]  # (batch, n_q, n_k): both real
+    targets = pair & (i[None, None, :] == i[None, :, None] + int(offset))
+    return targets, targets.any(axis=-1)
 
 
 def target_score(weights, targets, queries) -> np.ndarray:
@@ -171,12 +197,12 @@ def layer_diversity(attentions, attention_mask) -> np.ndarray:
     return np.array(out)
 
 
-def coreference_accuracy(attentions, pronoun, antecedent, distractor) -> np.ndarray:
-    """Fraction of sentences in which the pronoun attends more to its antecedent than to
-    the distractor, per head.
+def coreference_wins(attentions, pronoun, antecedent, distractor) -> np.ndarray:
+    """Per sentence and head, whether the pronoun's query gives its antecedent strictly more
+    weight than the distractor (a tie is not a win).
 
     attentions: (..., batch, heads, n, n), one sentence per batch item; pronoun, antecedent,
-    distractor: (batch,) token positions. Returns (..., heads) in [0, 1].
+    distractor: (batch,) token positions. Returns (..., batch, heads), boolean.
     """
     weights = np.asarray(attentions)
     idx = [np.asarray(a, dtype=int) for a in (pronoun, antecedent, distractor)]
@@ -190,4 +216,14 @@ def coreference_accuracy(attentions, pronoun, antecedent, distractor) -> np.ndar
     w = np.moveaxis(weights, -3, -1)  # (..., batch, n_q, n_k, heads)
     to_antecedent = w[..., b, idx[0], idx[1], :]  # (..., batch, heads)
     to_distractor = w[..., b, idx[0], idx[2], :]
-    return (to_antecedent > to_distractor).mean(axis=-2)
+    return to_antecedent > to_distractor
+
+
+def coreference_accuracy(attentions, pronoun, antecedent, distractor) -> np.ndarray:
+    """Fraction of sentences in which the pronoun attends more to its antecedent than to
+    the distractor, per head: :func:`coreference_wins` averaged over the sentences.
+
+    attentions: (..., batch, heads, n, n), one sentence per batch item; pronoun, antecedent,
+    distractor: (batch,) token positions. Returns (..., heads) in [0, 1].
+    """
+    return coreference_wins(attentions, pronoun, antecedent, distractor).mean(axis=-2)

@@ -1,11 +1,17 @@
-"""Measuring what attention heads do (notebook 04).
+"""Measuring what attention heads do (notebook 04), and the head-count sweep (notebook 05).
 
-All functions take attention weights shaped (..., heads, n_q, n_k), as returned by
+The measures take attention weights shaped (..., heads, n_q, n_k), as returned by
 ``lib.attention.multi_head_attention`` (batch, heads, n_q, n_k), and rows that are either
 probability distributions or all zeros (a query that attended to nothing).
+:func:`head_roles` (notebook 06) names the lookup each head does. :func:`head_count_sweep`
+(notebook 05, the syllabus's experiment E12.2) trains one tiny model per head count and seed
+and measures each on held-out data.
 """
 
 from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -106,3 +112,107 @@ def offset_score(weights, offset: int = -1) -> np.ndarray:
     head_axis = weights.ndim - 3
     other = tuple(a for a in range(picked.ndim) if a != head_axis)
     return picked.mean(axis=other)
+
+
+def head_roles(weights, offsets: Sequence[int], threshold: float = 0.5) -> np.ndarray:
+    """The lookup each head does: (heads,) integers (notebook 06).
+
+    For each head, the offset ``o`` in ``offsets`` whose key ``i - o`` gets the most weight
+    on average (:func:`offset_score` with offset ``-o``), provided that mean weight is at
+    least ``threshold``; 0 for a head that puts less than ``threshold`` on every one of them
+    (no single lookup). Ties go to the offset listed first.
+    """
+    weights = _check_weights(weights)
+    offsets = _positive_ints(offsets, "offsets")
+    if len(set(offsets)) != len(offsets):
+        raise ValueError(f"offsets must be different numbers, got {list(offsets)}")
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    scores = np.stack([offset_score(weights, -o) for o in offsets])  # (offsets, heads)
+    best = scores.argmax(axis=0)  # (heads,): first of the tied
+    roles = np.asarray(offsets)[best]
+    return np.where(scores.max(axis=0) >= threshold, roles, 0)
+
+
+def head_count_sweep(
+    make_model: Callable,
+    make_batch: Callable,
+    eval_data: tuple[np.ndarray, np.ndarray],
+    head_counts: Sequence[int],
+    seeds: Sequence[int],
+    budget: int,
+    target: float,
+    eval_every: int = 20,
+    lr: float = 1e-2,
+) -> dict:
+    """Train one tiny model per head count and seed; measure each on held-out data.
+
+    The protocol of notebook 05's sweep (experiment E12.2). For every ``h`` in
+    ``head_counts`` and every ``seed`` in ``seeds``:
+
+    1. ``rng = np.random.default_rng(seed)``, one generator for the run;
+    2. ``model = make_model(h, rng)`` (so a seed starts every head count from the same
+       random numbers when ``make_model`` draws the same shapes);
+    3. ``lib.tiny.train(model, make_batch, eval_data, budget, rng, lr, eval_every,
+       stop_at=target)``: fresh training batches ``make_batch(rng)``, accuracy measured on
+       ``eval_data`` (held out: never trained on) every ``eval_every`` steps, stopping once
+       it reaches ``target``;
+    4. the trained model's attention on ``eval_data``'s sequences.
+
+    Returns ``{(h, seed): run}``, each run a dict of plain data: ``"accuracy"`` (the last
+    held-out accuracy, a float), ``"steps"`` (the first evaluated step at which it reached
+    ``target``, or None), ``"entropy"`` (each head's normalised entropy on the held-out
+    sequences, :func:`head_entropy_normalised`, shape (h,)) and ``"mean_weights"`` (each
+    head's attention averaged over the held-out sequences, (h, n, n)).
+    """
+    from .attention import causal_mask
+    from .tiny import train
+
+    head_counts = _positive_ints(head_counts, "head_counts")
+    seeds = _ints(seeds, "seeds")
+    budget, eval_every = _positive_int(budget, "budget"), _positive_int(eval_every, "eval_every")
+    if not 0 < target <= 1:
+        raise ValueError(f"target must be an accuracy in (0, 1], got {target}")
+    eval_ids = np.asarray(eval_data[0])
+    mask = causal_mask(eval_ids.shape[-1])
+    results = {}
+    for h in head_counts:
+        for seed in seeds:
+            rng = np.random.default_rng(seed)
+            model = make_model(h, rng)
+            if getattr(model, "n_heads", None) != h:
+                raise ValueError(
+                    f"make_model({h}, rng) returned a model with "
+                    f"{getattr(model, 'n_heads', None)} heads, not {h}"
+                )
+            log = train(model, make_batch, eval_data, budget, rng, lr, eval_every, target)
+            weights = model.forward(eval_ids)[1]  # (batch, heads, n, n)
+            results[h, seed] = {
+                "accuracy": log.accuracy[-1],
+                "steps": log.steps_to(target),
+                "entropy": head_entropy_normalised(weights, mask),
+                "mean_weights": weights.mean(axis=0),
+            }
+    return results
+
+
+def _ints(values, name: str) -> list[int]:
+    values = list(np.atleast_1d(np.asarray(values, dtype=object)))
+    if not values or not all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values
+    ):
+        raise ValueError(f"{name} must be a non-empty list of integers, got {values}")
+    return [int(v) for v in values]
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _positive_ints(values, name: str) -> list[int]:
+    values = _ints(values, name)
+    if min(values) < 1:
+        raise ValueError(f"{name} must be integers >= 1, got {values}")
+    return values

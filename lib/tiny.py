@@ -7,6 +7,13 @@ The model: token embedding + position embedding -> one causal multi-head attenti
     a = MHA(x, x, causal mask, head_mask)   # (batch, n, d)
     logits = a @ W_out + b_out              # (batch, n, classes)
 
+That is the default, learned, position scheme. Notebook 09 compares it with the others of
+:mod:`lib.positions` (``positions=`` in :func:`init_tiny_model`): ``"none"`` (x is the token
+embedding alone), ``"sinusoidal"`` (a fixed table instead of ``pos_emb``), ``"rope"`` (no
+table; the attention layer turns its queries and keys) and ``"alibi"`` (no table; each head
+adds its distance penalty to the scores). Only ``"learned"`` has a ``pos_emb`` parameter and a
+longest sequence, ``max_len``; the others take any length.
+
 No residual connection, no MLP, no LayerNorm: whatever the readout knows, the attention
 layer had to bring to that position. Parameters live in a plain dict of arrays so that
 the optimiser and the gradient check can walk over them by name.
@@ -23,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _validate as V
+from . import positions as POS
 from .attention import MHAParams, causal_mask
 from .backprop import mha_backward, mha_forward, weight_gradient
 
@@ -83,6 +91,30 @@ def copy_offsets_task(
     return ids, targets
 
 
+def last_marked_task(
+    n_seqs: int, seq_len: int, vocab_size: int, n_marked: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Random tokens; at position i, answer the most recent *marked* token at or before i.
+
+    The marked tokens are the last ``n_marked`` of the vocabulary (ids vocab_size - n_marked
+    and up). Where i itself holds one, the answer is x[i]; positions before the first marked
+    token have no answer and get -1. The token to copy is found by what it is (marked) and
+    by recency (the nearest), never by a fixed offset: notebook 09's second task.
+    Returns ids and targets, both (n_seqs, seq_len), int64.
+    """
+    _check_task_args(n_seqs, seq_len, vocab_size)
+    n_marked = V.count(n_marked, "n_marked")
+    if n_marked >= vocab_size:
+        raise ValueError(
+            f"n_marked must be below vocab_size={vocab_size} (some tokens unmarked), got {n_marked}"
+        )
+    ids = rng.integers(0, vocab_size, size=(n_seqs, seq_len))
+    where = np.where(ids >= vocab_size - n_marked, np.arange(seq_len), -1)  # (n_seqs, seq_len)
+    last = np.maximum.accumulate(where, axis=1)  # position of the latest marked token so far
+    found = np.take_along_axis(ids, np.maximum(last, 0), axis=1)
+    return ids, np.where(last >= 0, found, IGNORE)
+
+
 def _check_task_args(n_seqs: int, seq_len: int, vocab_size: int) -> None:
     V.count(n_seqs, "n_seqs", low=1)
     V.count(seq_len, "seq_len", low=2)
@@ -96,15 +128,18 @@ def _check_task_args(n_seqs: int, seq_len: int, vocab_size: int) -> None:
 class TinyModel:
     """Embeddings -> causal multi-head attention -> linear readout.
 
-    params: tok_emb (vocab, d), pos_emb (max_len, d), W_q W_k W_v W_o (d, d),
-    b_q b_k b_v b_o (d,), W_out (d, slots * classes), b_out (slots * classes,).
+    params: tok_emb (vocab, d), pos_emb (max_len, d) (with learned positions only),
+    W_q W_k W_v W_o (d, d), b_q b_k b_v b_o (d,), W_out (d, slots * classes),
+    b_out (slots * classes,).
     The readout gives ``n_slots`` independent answers per position (one for most tasks),
     each a choice among ``n_classes``: logits have shape (batch, n, slots, classes).
+    ``positions``: one of :data:`lib.positions.SCHEMES` (see the module's docstring).
     """
 
     params: dict[str, np.ndarray]
     n_heads: int
     n_slots: int = 1
+    positions: str = "learned"
 
     @property
     def d_model(self) -> int:
@@ -115,8 +150,10 @@ class TinyModel:
         return self.params["tok_emb"].shape[0]
 
     @property
-    def max_len(self) -> int:
-        return self.params["pos_emb"].shape[0]
+    def max_len(self) -> int | None:
+        """The longest sequence: pos_emb's rows with learned positions; None (any length)
+        with the other schemes."""
+        return self.params["pos_emb"].shape[0] if self.positions == "learned" else None
 
     @property
     def n_classes(self) -> int:
@@ -142,12 +179,24 @@ class TinyModel:
 
     def forward(self, ids: np.ndarray, head_mask: np.ndarray | None = None):
         """Logits (batch, n, slots, classes), weights (batch, heads, n, n) and a cache."""
+        scheme = V.one_of(self.positions, "positions", POS.SCHEMES)
         ids = self._check_ids(ids)
         batch, n = ids.shape
         # the other weights are checked by mha_forward
-        V.finite_all({name: self.params[name] for name in ("tok_emb", "pos_emb", "W_out", "b_out")})
-        x = self.params["tok_emb"][ids] + self.params["pos_emb"][:n]  # (batch, n, d)
-        a, weights, mha_cache = mha_forward(x, x, self.mha_params(), causal_mask(n), head_mask)
+        tables = ("tok_emb", "pos_emb", "W_out", "b_out") if scheme == "learned" else (
+            "tok_emb", "W_out", "b_out")  # fmt: skip
+        V.finite_all({name: self.params[name] for name in tables})
+        if scheme == "learned":
+            x = self.params["tok_emb"][ids] + self.params["pos_emb"][:n]  # (batch, n, d)
+        elif scheme == "sinusoidal":
+            x = self.params["tok_emb"][ids] + self._fixed("sinusoidal", n)  # (batch, n, d)
+        else:  # none, rope, alibi: the tokens alone
+            x = self.params["tok_emb"][ids]  # (batch, n, d)
+        a, weights, mha_cache = mha_forward(
+            x, x, self.mha_params(), causal_mask(n), head_mask,
+            rope=self._fixed("rope", n) if scheme == "rope" else None,
+            score_bias=self._fixed("alibi", n) if scheme == "alibi" else None,
+        )  # fmt: skip
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
             logits = a @ self.params["W_out"] + self.params["b_out"]  # (batch, n, slots*classes)
         if not V.all_finite(logits):
@@ -156,6 +205,22 @@ class TinyModel:
             })  # fmt: skip
         logits = logits.reshape(batch, n, self.n_slots, self.n_classes)
         return logits, weights, (ids, a, mha_cache)
+
+    def _fixed(self, scheme: str, n: int):
+        """What a fixed position scheme adds for sequences of length n (kept for reuse):
+        the sinusoidal table (n, d), the RoPE settings, or ALiBi's bias (heads, n, n)."""
+        key = (scheme, n, self.n_heads, self.d_model, self.params["tok_emb"].dtype)
+        kept = self.__dict__.setdefault("_position_tables", {})
+        if key not in kept:
+            dtype = self.params["tok_emb"].dtype
+            if scheme == "sinusoidal":
+                kept[key] = POS.sinusoidal_table(n, self.d_model, dtype=dtype)
+            elif scheme == "rope":
+                kept[key] = POS.RoPE()
+            else:
+                slopes = POS.alibi_slopes(self.n_heads).astype(dtype)
+                kept[key] = POS.alibi_bias(n, n, slopes)
+        return kept[key]
 
     def backward(self, d_logits: np.ndarray, cache) -> dict[str, np.ndarray]:
         """Gradients of every parameter (and of the head mask) from dL/dlogits."""
@@ -168,16 +233,18 @@ class TinyModel:
         p = self.params
         d_logits = d_logits.reshape(*ids.shape, -1)  # (batch, n, slots * classes)
         mha_grads = mha_backward(d_logits @ p["W_out"].T, mha_cache)  # checked there
+        mha_grads.pop("score_bias", None)  # ALiBi's slopes are fixed
         d_x = mha_grads.pop("x_q") + mha_grads.pop("x_kv")  # self-attention: x is both
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
             grads = {
                 "W_out": weight_gradient(a, d_logits),
                 "b_out": d_logits.sum(axis=(0, 1)),
                 "tok_emb": np.zeros_like(p["tok_emb"]),
-                "pos_emb": np.zeros_like(p["pos_emb"]),
             }
             np.add.at(grads["tok_emb"], ids, d_x)
-            grads["pos_emb"][: ids.shape[1]] = d_x.sum(axis=0)
+            if self.positions == "learned":
+                grads["pos_emb"] = np.zeros_like(p["pos_emb"])
+                grads["pos_emb"][: ids.shape[1]] = d_x.sum(axis=0)
         V.gradients(grads, d_logits)
         grads.update(mha_grads)
         return grads
@@ -208,7 +275,7 @@ class TinyModel:
             raise ValueError(
                 f"ids must be integers of shape (batch, n), got {ids.dtype} {ids.shape}"
             )
-        if ids.shape[1] > self.max_len:
+        if self.max_len is not None and ids.shape[1] > self.max_len:
             raise ValueError(
                 f"sequences of length {ids.shape[1]} are longer than the model's "
                 f"max_len={self.max_len}"
@@ -230,13 +297,23 @@ def init_tiny_model(
     rng: np.random.Generator,
     n_slots: int = 1,
     dtype=np.float64,
+    positions: str = "learned",
 ) -> TinyModel:
-    """Embeddings N(0, 1); square weights Glorot-uniform; readout N(0, 1/d); biases 0."""
-    V.heads(d_model, n_heads)
+    """Embeddings N(0, 1); square weights Glorot-uniform; readout N(0, 1/d); biases 0.
+
+    ``positions`` is the position scheme (:data:`lib.positions.SCHEMES`; see the module's
+    docstring). ``max_len`` is the length of the learned table ``pos_emb``. The table is
+    drawn whatever the scheme (and kept only for ``"learned"``), so that with the same rng
+    every scheme starts from the same token embeddings and weights.
+    """
+    d_k = V.heads(d_model, n_heads)
     for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("n_classes", n_classes),
                         ("n_slots", n_slots)):  # fmt: skip
         V.count(value, name)
     dtype = V.float_dtype(dtype)
+    V.one_of(positions, "positions", POS.SCHEMES)
+    if positions == "rope":
+        V.even(d_k, "d_k", "RoPE turns pairs of coordinates")
     limit = math.sqrt(6.0 / (2 * d_model))
     p = {
         "tok_emb": rng.normal(0.0, 1.0, (vocab_size, d_model)),
@@ -248,7 +325,9 @@ def init_tiny_model(
         p[name] = np.zeros(d_model)
     p["W_out"] = rng.normal(0.0, 1.0 / math.sqrt(d_model), (d_model, n_slots * n_classes))
     p["b_out"] = np.zeros(n_slots * n_classes)
-    return TinyModel({k: v.astype(dtype) for k, v in p.items()}, n_heads, n_slots)
+    if positions != "learned":
+        del p["pos_emb"]
+    return TinyModel({k: v.astype(dtype) for k, v in p.items()}, n_heads, n_slots, positions)
 
 
 # --------------------------------------------------------------------------- loss
@@ -390,3 +469,69 @@ def train(
             if stop_at is not None and log.accuracy[-1] >= stop_at:
                 break
     return log
+
+
+# --------------------------------------------------------------------------- positions, measured
+
+
+def position_experiment(
+    task,
+    schemes: tuple[str, ...],
+    seeds: tuple[int, ...],
+    n_steps: int,
+    train_len: int,
+    test_lens: tuple[int, ...],
+    *,
+    vocab_size: int,
+    n_classes: int,
+    d_model: int = 16,
+    n_heads: int = 4,
+    n_slots: int = 1,
+    batch: int = 32,
+    lr: float = 0.02,
+    n_eval: int = 128,
+    eval_seed: int = 1000,
+) -> list[dict]:
+    """Notebook 09's experiment: train the tiny model with each position scheme and seed,
+    the same budget for all, then measure its accuracy at the training length and at
+    longer lengths.
+
+    ``task(n_seqs, seq_len, rng) -> (ids, targets)`` makes data. For each scheme and seed:
+    ``rng = np.random.default_rng(seed)`` draws the model (``max_len = max(test_lens)``, so
+    with learned positions the rows past ``train_len`` exist but are never trained; with
+    the same seed every scheme starts from the same token embeddings and weights) and its
+    ``n_steps`` fresh batches of ``batch`` sequences of length ``train_len``, trained with
+    Adam at ``lr``. Then, on held-out sets of ``n_eval`` sequences of each test length
+    (made once, from ``eval_seed + length``, the same for every model): the accuracy over
+    the scored positions, at ``train_len``; at a longer length, over the positions
+    ``train_len`` and later only, which no model saw in training.
+
+    Returns one record per (scheme, seed, length): ``{"scheme", "seed", "length",
+    "accuracy"}``, in that order of loops.
+    """
+    V.count(n_steps, "n_steps")
+    train_len = V.count(train_len, "train_len", low=2)
+    for n in test_lens:
+        if V.count(n, "test length", low=2) < train_len:
+            raise ValueError(f"test lengths must be >= train_len={train_len}, got {n}")
+    held_out = {}
+    for n in sorted({train_len, *test_lens}):
+        ids, targets = task(n_eval, n, np.random.default_rng(eval_seed + n))
+        if n > train_len:
+            targets = targets.copy()
+            targets[:, :train_len] = IGNORE  # score only the positions never trained on
+        held_out[n] = ids, targets
+    records = []
+    for scheme in schemes:
+        for seed in seeds:
+            rng = np.random.default_rng(seed)
+            model = init_tiny_model(
+                vocab_size, max(test_lens), d_model, n_heads, n_classes, rng, n_slots,
+                positions=scheme,
+            )  # fmt: skip
+            train(model, lambda r: task(batch, train_len, r), held_out[train_len],
+                  n_steps, rng, lr=lr, eval_every=n_steps)  # fmt: skip
+            for n in test_lens:
+                records.append({"scheme": scheme, "seed": seed, "length": n,
+                                "accuracy": accuracy(model, *held_out[n])})  # fmt: skip
+    return records

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lib import attention as A
+from lib import positions as POS
 from lib.backprop import mha_backward, mha_forward, softmax_backward
 
 
@@ -190,3 +191,116 @@ def test_bad_inputs_name_the_shapes():
         mha_backward(upstream[:, :3], cache)
     with pytest.raises(ValueError, match=r"same shape, got \(2, 3\) and \(3, 2\)"):
         softmax_backward(np.ones((2, 3)) / 3, np.ones((3, 2)))
+
+
+# ----------------------------------------------------------------- positions (notebook 09)
+
+
+def check_gradients_with_positions(params, x_q, x_kv, mask, upstream, **positions):
+    """Every gradient mha_backward returns, RoPE's and ALiBi's included, against central
+    differences: W, b (b_k too: with RoPE its gradient is not 0), x_q, x_kv, score_bias."""
+    head_mask = np.array([1.0, 0.7])
+
+    def loss():
+        out, _, _ = mha_forward(x_q, x_kv, params, mask, head_mask, **positions)
+        return float((out * upstream).sum())
+
+    _, _, cache = mha_forward(x_q, x_kv, params, mask, head_mask, **positions)
+    grads = mha_backward(upstream, cache)
+    arrays = {name: getattr(params, name) for name in BP_NAMES if getattr(params, name) is not None}
+    arrays.update(x_q=x_q, x_kv=x_kv, head_mask=head_mask)
+    if positions.get("score_bias") is not None:
+        arrays["score_bias"] = positions["score_bias"]
+    for name, array in arrays.items():
+        numeric = numeric_gradient(loss, array)
+        assert grads[name].shape == array.shape, name
+        if name == "b_k" and "rope" not in positions:
+            assert np.abs(grads[name]).max() < 1e-12 and np.abs(numeric).max() < 1e-8
+            continue
+        assert relative_error(grads[name], numeric) < 1e-6, name
+    return grads
+
+
+BP_NAMES = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
+
+
+@pytest.mark.parametrize("layout", POS.LAYOUTS)
+@pytest.mark.parametrize("bias, mask", [(True, "causal"), (False, None), (True, "padding")])
+def test_gradients_through_rope_match_finite_differences(layout, bias, mask):
+    params, x_q, x_kv, mask, upstream = make_case(6, n_q=4, n_k=5, d=8, bias=bias, mask=mask)
+    grads = check_gradients_with_positions(
+        params, x_q, x_kv, mask, upstream, rope=POS.RoPE(base=30.0, layout=layout)
+    )
+    if bias:  # the key bias, turned by each key's position, now moves the scores of a row
+        assert np.abs(grads["b_k"]).max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 4, 5), (1, 2, 4, 5), (2, 2, 4, 5), (5,), (2, 1, 1, 5)],
+    ids=["(heads, n_q, n_k)", "(1, heads, n_q, n_k)", "(batch, heads, n_q, n_k)", "(n_k,)",
+         "(batch, 1, 1, n_k)"],
+)  # fmt: skip
+def test_gradients_through_a_score_bias_match_finite_differences(shape):
+    params, x_q, x_kv, mask, upstream = make_case(7, n_q=4, n_k=5, d=8)
+    bias = np.random.default_rng(8).normal(size=shape)
+    check_gradients_with_positions(params, x_q, x_kv, mask, upstream, score_bias=bias)
+
+
+def test_gradient_of_alibis_slopes_through_the_bias():
+    """A slope's gradient is the bias's gradient times -distance, summed (chain rule), and
+    equals the finite difference of the loss in that slope."""
+    params, x, _, _, upstream = make_case(9, n_q=5, n_k=5, d=8)
+    mask = A.causal_mask(5)
+    slopes = POS.alibi_slopes(2)
+
+    def loss():
+        bias = POS.alibi_bias(5, 5, slopes)
+        out, _, _ = mha_forward(x, x, params, mask, score_bias=bias)
+        return float((out * upstream).sum())
+
+    _, _, cache = mha_forward(x, x, params, mask, score_bias=POS.alibi_bias(5, 5, slopes))
+    d_bias = mha_backward(upstream, cache)["score_bias"]  # (heads, n, n)
+    distance = -POS.alibi_bias(5, 5, np.ones(1))[0]  # (n, n): |i - j|
+    d_slopes = -(d_bias * distance).sum(axis=(1, 2))
+    assert relative_error(d_slopes, numeric_gradient(loss, slopes)) < 1e-6
+
+
+@pytest.mark.parametrize("layout", POS.LAYOUTS)
+def test_rope_forward_equals_turning_q_and_k_by_hand(layout):
+    params, x_q, x_kv, mask, _ = make_case(10, n_q=3, n_k=6, d=8)
+    rope = POS.RoPE(layout=layout)
+    out, weights, _ = mha_forward(x_q, x_kv, params, mask, rope=rope)
+
+    def heads(x, W, b):
+        return A.split_heads(x @ W + b, 2)  # (batch, heads, n, d_k)
+
+    q = POS.rope_rotate(heads(x_q, params.W_q, params.b_q), np.arange(3, 6), layout=layout)
+    k = POS.rope_rotate(heads(x_kv, params.W_k, params.b_k), np.arange(6), layout=layout)
+    v = heads(x_kv, params.W_v, params.b_v)
+    ref, ref_weights = A.scaled_dot_product_attention(q, k, v, mask)
+    np.testing.assert_allclose(weights, ref_weights, atol=1e-12)
+    np.testing.assert_allclose(out, A.merge_heads(ref) @ params.W_o + params.b_o, atol=1e-12)
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi"])
+def test_the_last_queries_alone_get_the_same_outputs_as_in_the_whole_sequence(scheme):
+    """Queries are the last n_q positions (a cache of earlier keys): computing only them
+    gives the rows they get when the whole sequence is computed."""
+    params, x, _, _, _ = make_case(11, n_q=6, n_k=6, d=8)
+    slopes = POS.alibi_slopes(2)
+
+    def extra(n_q):
+        if scheme == "rope":
+            return {"rope": POS.RoPE()}
+        return {"score_bias": POS.alibi_bias(n_q, 6, slopes)}
+
+    whole, _, _ = mha_forward(x, x, params, A.causal_mask(6), **extra(6))
+    last, _, _ = mha_forward(x[:, -2:], x, params, A.causal_mask(2, 6), **extra(2))
+    np.testing.assert_allclose(last, whole[:, -2:], atol=1e-12)
+
+
+def test_no_positions_is_the_plain_forward_exactly():
+    params, x_q, x_kv, mask, _ = make_case(12)
+    plain = mha_forward(x_q, x_kv, params, mask)[0]
+    np.testing.assert_array_equal(mha_forward(x_q, x_kv, params, mask, rope=None)[0], plain)

@@ -21,6 +21,7 @@ from lib import backprop as B
 from lib import blockwise as BW
 from lib import kv_cache as KV
 from lib import lists as L
+from lib import positions as POS
 from lib import tiny as T
 
 
@@ -112,6 +113,8 @@ FORWARDS = {
     "multi_head_attention_reshape": lambda *a: A.multi_head_attention_reshape(*a),
     "multi_head_attention_per_head": lambda *a: A.multi_head_attention_per_head(*a),
     "backprop.mha_forward": lambda *a: B.mha_forward(*a),
+    "backprop.mha_forward(rope)": lambda *a: B.mha_forward(*a, rope=POS.RoPE()),
+    "backprop.mha_forward(score_bias)": lambda *a: B.mha_forward(*a, score_bias=0.0),
 }
 
 # (rule, arguments (x_q, x_kv, params, mask) built when called, error, fragments)
@@ -303,6 +306,16 @@ def huge_value_decoder():
     return decoder(p)
 
 
+def score_bias_gradient_shape():
+    _, _, cache = B.mha_forward(x(), x(), params(), score_bias=np.ones(3))  # bias (n_k,)
+    assert B.mha_backward(x(), cache)["score_bias"].shape == (3,)
+
+
+def tiny_task(n, seq_len, r):
+    return T.copy_offsets_task(n, seq_len, 5, (1,), r)
+
+
+EXPERIMENT = dict(vocab_size=5, n_classes=5, d_model=8, n_heads=2, batch=4, n_eval=4)
 E = ValueError
 q3 = np.ones((3, 4))
 OTHER_ROWS = [
@@ -483,6 +496,135 @@ OTHER_ROWS = [
     Row("tiny.copy_offsets_task", "too short",
         lambda: T.copy_offsets_task(4, 1, 5, (1,), rng()), E,
         ("seq_len must be an integer >= 2, got 1",)),
+    Row("tiny.last_marked_task", "every token marked",
+        lambda: T.last_marked_task(4, 6, 5, 5, rng()), E,
+        ("n_marked must be below vocab_size=5 (some tokens unmarked), got 5",)),
+    Row("tiny.last_marked_task", "no token marked",
+        lambda: T.last_marked_task(4, 6, 5, 0, rng()), E,
+        ("n_marked must be an integer >= 1, got 0",)),
+    # tiny: position schemes (notebook 09)
+    Row("tiny.init_tiny_model", "unknown position scheme",
+        lambda: T.init_tiny_model(5, 7, 8, 2, 4, rng(), positions="rotary"), E,
+        ("positions must be one of 'none', 'learned', 'sinusoidal', 'rope', 'alibi', "
+         "got 'rotary'",)),
+    Row("tiny.init_tiny_model", "RoPE with an odd d_k",
+        lambda: T.init_tiny_model(5, 7, 6, 2, 4, rng(), positions="rope"), E,
+        ("d_k must be even (RoPE turns pairs of coordinates), got 3",)),
+    Row("tiny.TinyModel.forward", "unknown position scheme",
+        lambda: T.TinyModel(model().params, 2, positions="relative").forward(ids()), E,
+        ("positions must be one of", "got 'relative'")),
+    Row("tiny.TinyModel.forward", "RoPE: longer than max_len is fine",
+        lambda: T.init_tiny_model(5, 3, 8, 2, 4, rng(), positions="rope").forward(ids()), None),
+    Row("tiny.position_experiment", "no steps",
+        lambda: T.position_experiment(tiny_task, ("none",), (0,), 0, 4, (4,), **EXPERIMENT), E,
+        ("n_steps must be an integer >= 1, got 0",)),
+    Row("tiny.position_experiment", "train_len 1",
+        lambda: T.position_experiment(tiny_task, ("none",), (0,), 1, 1, (4,), **EXPERIMENT), E,
+        ("train_len must be an integer >= 2, got 1",)),
+    Row("tiny.position_experiment", "float test length",
+        lambda: T.position_experiment(tiny_task, ("none",), (0,), 1, 4, (8.0,), **EXPERIMENT), E,
+        ("test length must be an integer >= 2, got 8.0 (float)",)),
+    Row("tiny.position_experiment", "test length below train_len",
+        lambda: T.position_experiment(tiny_task, ("none",), (0,), 1, 4, (3,), **EXPERIMENT), E,
+        ("test lengths must be >= train_len=4, got 3",)),
+    # positions
+    Row("positions.sinusoidal_table", "negative length", lambda: POS.sinusoidal_table(-1, 4), E,
+        ("n must be an integer >= 0, got -1",)),
+    Row("positions.sinusoidal_table", "float length", lambda: POS.sinusoidal_table(2.5, 4), E,
+        ("n must be an integer >= 0, got 2.5 (float)",)),
+    Row("positions.sinusoidal_table", "d_model = 0", lambda: POS.sinusoidal_table(3, 0), E,
+        ("d_model must be an integer >= 1, got 0",)),
+    Row("positions.sinusoidal_table", "odd d_model", lambda: POS.sinusoidal_table(3, 7), E,
+        ("d_model must be even (sin and cos come in pairs), got 7",)),
+    Row("positions.sinusoidal_table", "negative base",
+        lambda: POS.sinusoidal_table(3, 4, base=-1.0), E,
+        ("base must be a finite number > 0, got -1.0",)),
+    Row("positions.sinusoidal_table", "integer dtype",
+        lambda: POS.sinusoidal_table(3, 4, dtype=int), E, ("dtype must be a floating-point",)),
+    Row("positions.sinusoidal_shift", "float shift", lambda: POS.sinusoidal_shift(1.5, 4), E,
+        ("k must be an integer, got 1.5 (float)",)),
+    Row("positions.sinusoidal_shift", "bool shift", lambda: POS.sinusoidal_shift(True, 4), E,
+        ("k must be an integer, got True (bool)",)),
+    Row("positions.sinusoidal_shift", "d_model = 0", lambda: POS.sinusoidal_shift(1, 0), E,
+        ("d_model must be an integer >= 1, got 0",)),
+    Row("positions.sinusoidal_shift", "odd d_model", lambda: POS.sinusoidal_shift(1, 5), E,
+        ("d_model must be even (sin and cos come in pairs), got 5",)),
+    Row("positions.sinusoidal_shift", "base 0", lambda: POS.sinusoidal_shift(1, 4, 0.0), E,
+        ("base must be a finite number > 0, got 0.0",)),
+    Row("positions.sinusoidal_shift", "negative shifts are fine",
+        lambda: POS.sinusoidal_shift(-3, 4), None),
+    Row("positions.RoPE", "negative base", lambda: POS.RoPE(-1.0), E,
+        ("base must be a finite number > 0, got -1.0",)),
+    Row("positions.RoPE", "base as a string", lambda: POS.RoPE("10000"), E,
+        ("base must be a number > 0, got '10000' (str)",)),
+    Row("positions.RoPE", "unknown layout", lambda: POS.RoPE(layout="split"), E,
+        ("layout must be one of 'half', 'interleaved', got 'split'",)),
+    Row("positions.rope_rotate", "one axis", lambda: POS.rope_rotate(np.ones(4), [0]), E,
+        ("x must be (..., n, d_k), with at least 2 axes, got shape (4,)",)),
+    Row("positions.rope_rotate", "odd d_k", lambda: POS.rope_rotate(np.ones((2, 3)), [0, 1]), E,
+        ("d_k must be even (RoPE turns pairs of coordinates), got 3",)),
+    Row("positions.rope_rotate", "float positions",
+        lambda: POS.rope_rotate(np.ones((2, 4)), [0.0, 1.5]), E,
+        ("positions must be a 1-D array of integers, got float64 (2,)",)),
+    Row("positions.rope_rotate", "positions of the wrong length",
+        lambda: POS.rope_rotate(np.ones((2, 4)), [0, 1, 2]), E,
+        ("positions has 3 entries but there are 2 tokens (axis -2)",)),
+    Row("positions.rope_rotate", "NaN in x",
+        lambda: POS.rope_rotate(x((2, 3, 4), at=(1, 2, 0)), np.arange(3)), E,
+        ("x contains NaN or inf (first at index (1, 2, 0), shape (2, 3, 4))",)),
+    Row("positions.rope_rotate", "complex x",
+        lambda: POS.rope_rotate(np.ones((2, 4)) * 1j, [0, 1]), E,
+        ("x must hold real numbers, got dtype complex128",)),
+    Row("positions.rope_rotate", "unknown layout",
+        lambda: POS.rope_rotate(np.ones((2, 4)), [0, 1], layout="neox"), E,
+        ("layout must be one of 'half', 'interleaved'",)),
+    Row("positions.rope_rotate", "lists are converted",
+        lambda: POS.rope_rotate([[1.0, 2.0], [3.0, 4.0]], [0, 1]), None),
+    Row("positions.alibi_slopes", "no heads", lambda: POS.alibi_slopes(0), E,
+        ("n_heads must be an integer >= 1, got 0",)),
+    Row("positions.alibi_slopes", "float head count", lambda: POS.alibi_slopes(4.0), E,
+        ("n_heads must be an integer >= 1, got 4.0 (float)",)),
+    Row("positions.alibi_bias", "negative n_q", lambda: POS.alibi_bias(-1, 3, [0.5]), E,
+        ("n_q must be an integer >= 0, got -1",)),
+    Row("positions.alibi_bias", "float n_k", lambda: POS.alibi_bias(2, 2.5, [0.5]), E,
+        ("n_k must be an integer >= 0, got 2.5 (float)",)),
+    Row("positions.alibi_bias", "slopes of two axes",
+        lambda: POS.alibi_bias(2, 3, np.ones((2, 1))), E,
+        ("slopes must be (heads,), got shape (2, 1)",)),
+    Row("positions.alibi_bias", "NaN slope", lambda: POS.alibi_bias(2, 3, [0.5, np.nan]), E,
+        ("slopes contains NaN or inf (first at index (1,), shape (2,))",)),
+    Row("positions.alibi_bias", "string slopes", lambda: POS.alibi_bias(2, 3, ["a"]), E,
+        ("slopes must hold real numbers, got dtype <U1",)),
+    Row("positions.alibi_bias", "lists are converted",
+        lambda: POS.alibi_bias(2, 3, [0.5, 0.25]), None),
+    # backprop: positions
+    Row("backprop.mha_forward", "rope not a RoPE",
+        lambda: B.mha_forward(x(), x(), params(), rope="half"), E,
+        ("rope must be a lib.positions.RoPE, got str",)),
+    Row("backprop.mha_forward", "RoPE with an odd d_k",
+        lambda: B.mha_forward(x((2, 3, 6)), x((2, 3, 6)), params(d=6, h=2), rope=POS.RoPE()), E,
+        ("d_k must be even (RoPE turns pairs of coordinates), got 3",)),
+    Row("backprop.mha_forward", "score_bias that would grow the scores",
+        lambda: B.mha_forward(x(), x(), params(), score_bias=np.zeros((1, 1, 1, 3, 3))), E,
+        ("score_bias of shape (1, 1, 1, 3, 3) cannot broadcast to the attention scores' "
+         "shape (2, 2, 3, 3) (batch, heads, n_q, n_k)",)),
+    Row("backprop.mha_forward", "NaN in score_bias",
+        lambda: B.mha_forward(x(), x(), params(), score_bias=x((3, 3), at=(2, 1))), E,
+        ("score_bias contains NaN or inf (first at index (2, 1), shape (3, 3))",)),
+    Row("backprop.mha_forward", "boolean score_bias",
+        lambda: B.mha_forward(x(), x(), params(), score_bias=np.ones((3, 3), bool)), E,
+        ("score_bias must hold real numbers, got booleans",)),
+    Row("backprop.mha_forward", "scores + score_bias overflow",
+        lambda: B.mha_forward(huge((2, 3, 8), 1e18), huge((2, 3, 8), 1e18),
+                              identity_qk_params(), score_bias=huge((3, 3), 3.4e38)), E,
+        ("the scores q k^T / sqrt(d_k) + score_bias overflow float32",)),
+    Row("backprop.mha_forward", "turned scores overflow",
+        lambda: B.mha_forward(huge((2, 3, 8), 1e18), huge((2, 3, 8), 1e18),
+                              identity_qk_params(), rope=POS.RoPE(),
+                              score_bias=huge((3, 3), 3.4e38)), E,
+        ("the scores q k^T / sqrt(d_k) turned by RoPE + score_bias overflow float32",)),
+    Row("backprop.mha_backward", "score_bias's gradient has its shape",
+        lambda: score_bias_gradient_shape(), None),
     # lists
     Row("lists.softmax", "NaN", lambda: L.softmax([0.0, float("nan")]), E,
         ("softmax input contains NaN or +inf (first at index (1,), shape (2,))",)),
@@ -754,6 +896,10 @@ def test_every_public_forward_and_rule_is_in_the_table():
         "blockwise.attention", "blockwise.online_softmax_attention", "kv_cache.GQAParams",
         "kv_cache.init_gqa_params", "kv_cache.gqa_from_mha", "kv_cache.gqa_attention",
         "kv_cache.Decoder", "kv_cache.Decoder.__call__", "kv_cache.cache_bytes_per_token",
+        "backprop.mha_forward(rope)", "backprop.mha_forward(score_bias)",
+        "positions.sinusoidal_table", "positions.sinusoidal_shift", "positions.RoPE",
+        "positions.rope_rotate", "positions.alibi_slopes", "positions.alibi_bias",
+        "tiny.last_marked_task", "tiny.position_experiment",
     ):  # fmt: skip
         assert name in functions, name
     assert len({row.id for row in ROWS}) == len(ROWS)

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from transformers import BertConfig, BertModel
 
 from lib import bert as B
-from lib import head_types as T
+from lib import head_types as HT
 
 SINGLE = [
     "The cat sat on the mat because it was tired.",
@@ -178,7 +178,7 @@ def test_tokenize_bad_input(model32):
 
 
 def test_probe_data_is_well_formed(model32):
-    data = T.load_probe_sentences()
+    data = HT.load_probe_sentences()
     assert len(data["sentences"]) >= 20
     items = data["coreference"]
     assert len(items) >= 12
@@ -308,6 +308,54 @@ def test_gelu_is_the_exact_erf_form():
     tanh_approx = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     assert np.abs(B.gelu(x) - tanh_approx).max() > 1e-4  # not the approximation
     assert B.gelu(np.float32(1.0)).dtype == np.float32
+
+
+def test_gelu_tanh_is_torchs_tanh_approximation():
+    x = np.linspace(-8, 8, 321)
+    expected = torch.nn.functional.gelu(torch.from_numpy(x), approximate="tanh").numpy()
+    np.testing.assert_allclose(B.gelu_tanh(x), expected, rtol=0, atol=1e-14)
+    assert B.gelu_tanh(np.ones(3, np.float32)).dtype == np.float32
+
+
+def test_config_gelu_is_transformers_exact_gelu():
+    """The model's config says hidden_act "gelu"; in transformers that is the erf form."""
+    from transformers.activations import ACT2FN
+
+    config = BertConfig.from_json_file(str(B.model_dir() / "config.json"))
+    assert config.hidden_act == "gelu"
+    x = torch.linspace(-6, 6, 241, dtype=torch.float64)
+    np.testing.assert_allclose(ACT2FN["gelu"](x).numpy(), B.gelu(x.numpy()), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        ACT2FN["gelu_new"](x).numpy(), B.gelu_tanh(x.numpy()), rtol=0, atol=1e-14
+    )
+
+
+def test_forward_with_gelu_tanh_matches_transformers_gelu_new(model64, reference):
+    """bert_forward(activation=gelu_tanh) is the reference model with hidden_act "gelu_new"
+    (the tanh approximation), and differs visibly from the model's own (erf) forward."""
+    from transformers.activations import ACT2FN
+
+    tanh_model = copy.deepcopy(reference[np.float64])
+    for layer in tanh_model.encoder.layer:  # what BertIntermediate builds for "gelu_new"
+        layer.intermediate.intermediate_act_fn = ACT2FN["gelu_new"]
+    batch = model64.tokenize(BATCH)
+    out = B.bert_forward(model64.weights, batch.input_ids, batch.attention_mask, None, B.gelu_tanh)
+    with torch.no_grad():
+        ref = tanh_model(
+            input_ids=torch.tensor(batch.input_ids),
+            attention_mask=torch.tensor(batch.attention_mask.astype(np.int64)),
+            output_hidden_states=True,
+        )
+    ref_hidden = np.stack([h.numpy() for h in ref.hidden_states])
+    assert max_diff(out.hidden_states, ref_hidden) < 1e-9
+    exact = B.bert_forward(model64.weights, batch.input_ids, batch.attention_mask)
+    real = batch.attention_mask
+    assert max_diff(exact.hidden_states[-1][real], out.hidden_states[-1][real]) > 1e-4
+
+
+def test_forward_refuses_an_unknown_activation(model32):
+    with pytest.raises(ValueError, match="activation must be lib.bert.gelu"):
+        B.bert_forward(model32.weights, np.array([[101, 102]]), activation=np.tanh)
 
 
 def test_layer_norm():

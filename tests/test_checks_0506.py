@@ -1,11 +1,14 @@
-"""Checks of notebooks 05 and 06: each accepts the reference, reports a stub, and names
-the mistakes students make."""
+"""Checks of notebooks 05 and 06: each accepts the reference (and the right answers that
+differ from it only where the exercise leaves a choice), reports a stub, and names the
+mistakes students make (more of them, each with its own message, in test_check_mutants.py)."""
 
 import numpy as np
 from helpers import rejects, stub
 
+from lib import attention as A
 from lib import checks
-from lib import pruning as P
+from lib import heads as H
+from lib import pruning as PR
 from lib import tiny as T
 from lib.backprop import softmax_backward
 
@@ -105,7 +108,7 @@ def test_adam_step_check(capsys):
 
 
 def test_ablation_drops_check(capsys):
-    checks.check_ablation_drops(P.ablation_drops)
+    checks.check_ablation_drops(PR.ablation_drops)
     assert capsys.readouterr().out.startswith("✓ ablation_drops")
     check = checks.check_ablation_drops
 
@@ -115,18 +118,18 @@ def test_ablation_drops_check(capsys):
         return np.array([base - T.accuracy(model, ids, targets, eye[h]) for h in range(len(eye))])
 
     def accuracies(model, ids, targets):
-        return T.accuracy(model, ids, targets) - P.ablation_drops(model, ids, targets)
+        return T.accuracy(model, ids, targets) - PR.ablation_drops(model, ids, targets)
 
     rejects(check, stub, "not implemented yet")
-    rejects(check, lambda *a: -P.ablation_drops(*a), "sign is flipped")
+    rejects(check, lambda *a: -PR.ablation_drops(*a), "sign is flipped")
     rejects(check, only_head, "kept only head h")
     rejects(check, accuracies, "accuracies with each head off")
-    rejects(check, lambda *a: P.ablation_drops(*a)[:-1], "one drop per head")
+    rejects(check, lambda *a: PR.ablation_drops(*a)[:-1], "one drop per head")
 
 
 def test_gradient_importance_check(capsys):
-    checks.check_gradient_importance(P.gradient_importance)
-    checks.check_gradient_importance(lambda *a: 3.0 * P.gradient_importance(*a))  # a sum
+    checks.check_gradient_importance(PR.gradient_importance)
+    checks.check_gradient_importance(lambda *a: 3.0 * PR.gradient_importance(*a))  # a sum
     out = capsys.readouterr().out
     assert out.count("✓ gradient_importance") == 2
     check = checks.check_gradient_importance
@@ -147,11 +150,11 @@ def test_gradient_importance_check(capsys):
     rejects(check, signed, "take the absolute value")
     rejects(check, abs_after_sum, "per sequence before averaging")
     rejects(check, at_zero, "all heads on")
-    rejects(check, lambda *a: -P.gradient_importance(*a), "wrong values")
+    rejects(check, lambda *a: -PR.gradient_importance(*a), "wrong values")
 
 
 def test_spearman_check(capsys):
-    checks.check_spearman(P.spearman)
+    checks.check_spearman(PR.spearman)
     assert capsys.readouterr().out.startswith("✓ spearman")
     check = checks.check_spearman
 
@@ -171,5 +174,117 @@ def test_spearman_check(capsys):
     rejects(check, pearson, "Pearson correlation of the values")
     rejects(check, ordinal, "mean of their ranks")
     rejects(check, argsort_once, "argsort of the argsort")
-    rejects(check, lambda a, b: -P.spearman(a, b), "sign is flipped")
+    rejects(check, lambda a, b: -PR.spearman(a, b), "sign is flipped")
     rejects(check, lambda a, b: None, "should return one number")
+
+
+# --------------------------------------------------------------------------- the experiments
+
+
+def sweep_two_generators(
+    make_model, make_batch, eval_data, head_counts, seeds, budget, target, every
+):
+    """The sweep with the model and the batches drawn from two generators of the same seed:
+    every seed still starts every head count from the same numbers and the same batches."""
+    results = {}
+    for h in head_counts:
+        for seed in seeds:
+            model = make_model(h, np.random.default_rng(seed))
+            r = np.random.default_rng(seed)
+            log = T.train(model, make_batch, eval_data, budget, r, eval_every=every, stop_at=target)
+            w = model.forward(eval_data[0])[1]
+            results[h, seed] = {
+                "accuracy": log.accuracy[-1],
+                "steps": log.steps_to(target),
+                "entropy": H.head_entropy_normalised(w, A.causal_mask(w.shape[-1])),
+            }
+    return results
+
+
+def test_head_count_sweep_check_accepts_the_protocol_and_its_seeded_variant(capsys):
+    checks.check_head_count_sweep(H.head_count_sweep)  # extra keys ("mean_weights") are fine
+    checks.check_head_count_sweep(sweep_two_generators)
+    out = capsys.readouterr().out
+    assert out.count("✓ head_count_sweep") == 2
+    rejects(checks.check_head_count_sweep, stub, "not implemented yet")
+    rejects(
+        checks.check_head_count_sweep,
+        lambda *a: {k: {"accuracy": v["accuracy"]} for k, v in H.head_count_sweep(*a).items()},
+        "'accuracy', 'steps' and 'entropy'",
+    )
+    rejects(
+        checks.check_head_count_sweep,
+        lambda *a: {k: v for k, v in list(H.head_count_sweep(*a).items())[1:]},
+        "no entry for (h, seed) = (1, 0)",
+    )
+
+
+def smallest_by_steps(results, target):
+    reached = {}
+    for (h, _), run in results.items():
+        reached[h] = reached.get(h, True) and run["steps"] is not None
+    return min((h for h, ok in reached.items() if ok), default=None)
+
+
+def smallest_by_accuracy(results, target):
+    heads = sorted({h for h, _ in results})
+    for h in heads:
+        if all(run["accuracy"] >= target for (g, _), run in results.items() if g == h):
+            return h
+    return None
+
+
+def test_smallest_sufficient_heads_check(capsys):
+    checks.check_smallest_sufficient_heads(smallest_by_steps)
+    checks.check_smallest_sufficient_heads(smallest_by_accuracy)  # the same when runs stop
+    assert capsys.readouterr().out.count("✓ smallest_sufficient_heads") == 2
+    check = checks.check_smallest_sufficient_heads
+    rejects(check, stub, "not implemented yet")
+    rejects(check, lambda r, t: None, "you returned None, but with 8 heads")
+    rejects(check, lambda r, t: "8", "a head count (an integer) or None")
+    rejects(check, lambda r, t: 1, "the answer is 8, you returned 1")
+
+
+def prune_reference(model, select_data, max_drop):
+    return [s.removed for s in PR.prune_iteratively(model, select_data, "ablation", max_drop)]
+
+
+def prune_last_of_ties(model, select_data, max_drop):
+    """Iterative pruning that breaks ties between equally unimportant heads the other way."""
+    mask = np.ones(model.n_heads)
+    start = T.accuracy(model, *select_data, mask)
+    removed = []
+    while mask.sum() > 1:
+        drops = PR.ablation_drops(model, *select_data, mask)
+        alive = np.flatnonzero(mask)
+        head = int(alive[drops[alive] == drops[alive].min()][-1])
+        trial = mask.copy()
+        trial[head] = 0.0
+        if start - T.accuracy(model, *select_data, trial) > max_drop:
+            break
+        mask = trial
+        removed.append(head)
+    return removed
+
+
+def test_prune_heads_check_accepts_any_order_among_tied_heads(capsys):
+    checks.check_prune_heads(lambda *a: prune_reference(*a)[1:])
+    checks.check_prune_heads(prune_last_of_ties)
+    assert capsys.readouterr().out.count("✓ prune_heads") == 2
+    # ...and the two really differ on a model whose drops tie
+    model, data = checks.nb06_pruning._trained(6, 24, 5)
+    assert prune_reference(model, data, 0.01)[1:] != prune_last_of_ties(model, data, 0.01)
+    check = checks.check_prune_heads
+    rejects(check, stub, "not implemented yet")
+    rejects(check, lambda *a: None, "the list of heads it removed")
+    rejects(check, lambda *a: [9], "is not a head index")
+    rejects(check, lambda *a: [0, 0], "removed twice")
+    rejects(check, lambda *a: [], "you stopped after 0 removal(s)")
+
+
+def test_head_roles_check(capsys):
+    checks.check_head_roles(H.head_roles)
+    assert capsys.readouterr().out.startswith("✓ head_roles")
+    rejects(checks.check_head_roles, stub, "not implemented yet")
+    rejects(checks.check_head_roles, lambda w, o, t: np.ones(w.shape[1]), "wrong roles")
+    rejects(checks.check_head_roles, lambda w, o, t: np.ones(3), "one role per head")

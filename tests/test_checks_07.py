@@ -3,27 +3,18 @@
 import numpy as np
 import pytest
 from helpers import rejects, stub
+from test_checks_robustness import find_offset_head
 
 from lib import checks
-from lib import head_types as T
-
-
-def find_previous_token_head(attentions, attention_mask, offset=-1):
-    """Reference: score every head with lib's target_score, then take the largest."""
-    batch, n = attention_mask.shape
-    tokens = [["t"] * int(k) for k in attention_mask.sum(axis=1)]
-    targets, queries = T.target_masks(tokens, n)["previous" if offset == -1 else "next"]
-    scores = T.target_score(attentions, targets, queries)  # (layers, heads)
-    layer, head = np.unravel_index(np.argmax(scores), scores.shape)
-    return int(layer), int(head)
+from lib import head_types as HT
 
 
 @pytest.mark.parametrize(
     "check, reference",
     [
-        (checks.check_target_score, T.target_score),
-        (checks.check_find_previous_token_head, find_previous_token_head),
-        (checks.check_coreference_accuracy, T.coreference_accuracy),
+        (checks.check_target_score, HT.target_score),
+        (checks.check_find_offset_head, find_offset_head),
+        (checks.check_coreference_accuracy, HT.coreference_accuracy),
     ],
 )
 def test_reference_passes_and_stub_is_reported(check, reference, capsys):
@@ -75,30 +66,71 @@ def test_target_score_mistakes(wrong, fragment):
 # --------------------------------------------------------------------------- find head
 
 
-def test_find_previous_token_head_mistakes():
-    rejects(
-        checks.check_find_previous_token_head,
-        lambda w, m: find_previous_token_head(w, m)[::-1],
-        "(head, layer)",
-    )
-    rejects(
-        checks.check_find_previous_token_head,
-        lambda w, m: find_previous_token_head(w, m, offset=+1),
-        "next-token head",
-    )
-    rejects(
-        checks.check_find_previous_token_head,
-        lambda w, m: tuple(i + 1 for i in find_previous_token_head(w, m)),
-        "counted from 1",
-    )
+def offset_head(wrap=False, queries="with target", sign=1, per_sentence=False):
+    """find_offset_head with switches for the classic mistakes."""
 
-    def flat(w, m):
-        layer, head = find_previous_token_head(w, m)
-        return layer * w.shape[2] + head
+    def find(w, mask, offset):
+        n = mask.shape[1]
+        i = np.arange(n)
+        pair = mask[:, :, None] & mask[:, None, :]
+        key = (i[:, None] + sign * offset) % n if wrap else i[:, None] + sign * offset
+        targets = pair & (i[None, None, :] == key[None])
+        q = {
+            "with target": targets.any(axis=-1),
+            "all real": mask,
+            "inside": mask & (i + offset >= 0) & (i + offset < n),
+        }[queries]
+        if per_sentence:
+            on = (w * targets[:, None]).sum(axis=-1) * q[:, None]  # (layers, batch, heads, n)
+            s = (on.sum(axis=-1) / np.maximum(q.sum(axis=-1), 1)[:, None])[:, q.any(1)].mean(1)
+        else:
+            s = HT.target_score(w, targets, q)
+        layer, head = np.unravel_index(np.argmax(s), s.shape)
+        return int(layer), int(head), float(s[layer, head])
 
-    rejects(checks.check_find_previous_token_head, flat, "flat index")
-    rejects(checks.check_find_previous_token_head, lambda w, m: (0, 0), "is not the head")
-    rejects(checks.check_find_previous_token_head, lambda w, m: "layer 2", "pair (layer, head)")
+    return find
+
+
+@pytest.mark.parametrize(
+    "wrong, fragment",
+    [
+        (offset_head(sign=-1), "the target of query i is key i + offset"),
+        (
+            lambda w, m, o: find_offset_head(w, m, o)[1::-1] + (find_offset_head(w, m, o)[2],),
+            "(head, layer",
+        ),
+        (
+            lambda w, m, o: (
+                tuple(v + 1 for v in find_offset_head(w, m, o)[:2])
+                + (find_offset_head(w, m, o)[2],)
+            ),
+            "counted from 1",
+        ),
+        (offset_head(wrap=True, queries="all real"), "wrap around"),
+        (offset_head(wrap=True), "wrap around"),
+        (offset_head(queries="all real"), "counting those without a key i + offset as 0"),
+        (offset_head(queries="inside"), "key i + offset is padding"),
+        (offset_head(per_sentence=True), "averaged within each sentence first"),
+        (lambda w, m, o: find_offset_head(w, m, o)[:2], "return the winning head's score as well"),
+        (lambda w, m, o: find_offset_head(w, m, o)[0] * w.shape[2], "flat index"),
+        (lambda w, m, o: (0, 0, 0.5), "is not the head"),
+        (lambda w, m, o: find_offset_head(w, m, o)[:2] + (0.5,), "the right head, but its score"),
+        (lambda w, m, o: (*find_offset_head(w, m, o)[:2], np.zeros((2, 3))), "one number"),
+        (lambda w, m, o: ("layer", 2, 0.5), "two integers"),
+        (lambda w, m, o: "layer 2", "three values"),
+    ],
+)
+def test_find_offset_head_mistakes(wrong, fragment):
+    rejects(checks.check_find_offset_head, wrong, fragment)
+
+
+def test_find_offset_head_accepts_numpy_integers(capsys):
+    def numpy_types(w, m, o):
+        layer, head, score = find_offset_head(w, m, o)
+        return np.int64(layer), np.int64(head), np.float32(score)
+
+    checks.check_find_offset_head(numpy_types)
+    assert capsys.readouterr().out.startswith("✓")
 
 
 # --------------------------------------------------------------------------- coreference

@@ -19,6 +19,7 @@ from lib import attention as A
 from lib import checks, head_types, pruning, torch_bridge
 from lib import heads as H
 from lib import lists as L
+from lib import positions as POS
 from lib import tiny as T
 from lib.backprop import softmax_backward
 from lib.checks import CheckFailed
@@ -26,22 +27,70 @@ from lib.checks import CheckFailed
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def param_count(d, h, bias):
-    return 4 * d * d + (4 * d if bias else 0)
+def log_softmax_row(row):
+    """log softmax of one list: s - m - log(sum exp(s - m)); -inf stays -inf."""
+    finite = [s for s in row if s != -math.inf]
+    if not finite:
+        return list(row)
+    top = max(finite)
+    log_total = math.log(sum(math.exp(s - top) for s in finite))
+    return [s - top - log_total for s in row]
+
+
+def sliding_window_mask(n, window):
+    return [[i - window < j <= i for j in range(n)] for i in range(n)]
+
+
+def split_heads(x, n_heads):
+    *lead, seq, d = x.shape
+    return A.split_heads(x.reshape(-1, seq, d), n_heads).reshape(*lead, n_heads, seq, -1)
+
+
+def merge_heads(x):
+    *lead, h, seq, d_k = x.shape
+    return A.merge_heads(x.reshape(-1, h, seq, d_k)).reshape(*lead, seq, h * d_k)
+
+
+def param_count(d, s, h, k, v, bias):
+    weights = d * h * k + s * h * k + s * h * v + h * v * d
+    return weights + ((2 * h * k + h * v + d) if bias else 0)
 
 
 def previous_token(w):
     return H.offset_score(w, -1)
 
 
-def find_previous_token_head(attentions, attention_mask):
-    """The head with the highest previous-token score (notebook 07's exercise)."""
-    n = attention_mask.shape[1]
-    tokens = [["t"] * int(k) for k in attention_mask.sum(axis=1)]
-    targets, queries = head_types.target_masks(tokens, n)["previous"]
+def find_offset_head(attentions, attention_mask, offset):
+    """(layer, head, score) of the head with the highest score for key i + offset
+    (notebook 07's exercise)."""
+    targets, queries = head_types.offset_masks(attention_mask, offset)
     scores = head_types.target_score(attentions, targets, queries)  # (layers, heads)
     layer, head = np.unravel_index(np.argmax(scores), scores.shape)
-    return int(layer), int(head)
+    return int(layer), int(head), float(scores[layer, head])
+
+
+def to_torch_mask(mask, n_heads):
+    """Our (batch, 1 or heads, n_q, n_k) mask as torch's (batch * heads, n_q, n_k) boolean
+    attn_mask, True = blocked (notebook 08's exercise 1)."""
+    import torch
+
+    batch, _, n_q, n_k = mask.shape
+    per_head = np.broadcast_to(mask, (batch, n_heads, n_q, n_k))
+    return torch.from_numpy(~per_head.reshape(batch * n_heads, n_q, n_k))
+
+
+def torch_attention(module, x_q, x_kv, mask):
+    """nn.MultiheadAttention with lib's answer for queries with nothing to attend to
+    (notebook 08's exercise 3)."""
+    import torch
+
+    empty = ~mask.any(axis=-1, keepdims=True)  # (batch, 1, n_q, 1)
+    blocked = to_torch_mask(mask | empty, module.num_heads)
+    tq, tkv = torch.from_numpy(x_q), torch.from_numpy(x_kv)
+    with torch.no_grad():
+        out, weights = module(tq, tkv, tkv, attn_mask=blocked, average_attn_weights=False)
+    b_o = 0.0 if module.out_proj.bias is None else module.out_proj.bias.detach().numpy()
+    return np.where(empty[:, 0], b_o, out.numpy()), np.where(empty, 0.0, weights.numpy())
 
 
 def cross_entropy_grad(logits, targets):
@@ -55,16 +104,41 @@ def adam_step(param, grad, m, v, t, lr, beta1, beta2, eps):
     return param - lr * m_hat / (np.sqrt(v_hat) + eps), m, v
 
 
+def smallest_sufficient_heads(results, target):
+    """The smallest head count whose seeds all reached the target (notebook 05's exercise)."""
+    reached = {}
+    for (h, _), run in results.items():
+        reached[h] = reached.get(h, True) and run["steps"] is not None
+    return min((h for h, ok in reached.items() if ok), default=None)
+
+
+def prune_heads(model, select_data, max_drop):
+    """The heads iterative pruning removes, in order (notebook 06's exercise)."""
+    steps = pruning.prune_iteratively(model, select_data, "ablation", max_drop)
+    return [step.removed for step in steps[1:]]
+
+
+def rope_scores(q, k, base):
+    """Notebook 09's exercise: RoPE with the interleaved layout, then q k^T / sqrt(d_k)."""
+    pos = np.arange(np.shape(q)[-2])
+    turned_q = POS.rope_rotate(q, pos, base, "interleaved")
+    turned_k = POS.rope_rotate(k, pos, base, "interleaved")
+    return turned_q @ np.swapaxes(turned_k, -1, -2) / math.sqrt(turned_q.shape[-1])
+
+
 # Every check, with the reference answer of its exercise.
 REFERENCES = {
-    "check_softmax_list": (checks.check_softmax_list, L.softmax),
+    "check_log_softmax_list": (checks.check_log_softmax_list, log_softmax_row),
     "check_softmax": (checks.check_softmax, A.softmax),
-    "check_causal_mask_list": (checks.check_causal_mask_list, L.causal_mask),
+    "check_sliding_window_mask_list": (
+        checks.check_sliding_window_mask_list,
+        sliding_window_mask,
+    ),
+    "check_causal_mask": (checks.check_causal_mask, A.causal_mask),
     "check_padding_mask": (checks.check_padding_mask, A.padding_mask),
     "check_attention_list": (checks.check_attention_list, L.attention),
-    "check_attention": (checks.check_attention, A.scaled_dot_product_attention),
-    "check_split_heads": (checks.check_split_heads, A.split_heads),
-    "check_merge_heads": (checks.check_merge_heads, A.merge_heads),
+    "check_split_heads": (checks.check_split_heads, split_heads),
+    "check_merge_heads": (checks.check_merge_heads, merge_heads),
     "check_param_count": (checks.check_param_count, param_count),
     "check_entropy": (checks.check_entropy, H.row_entropy),
     "check_previous_token_score": (checks.check_previous_token_score, previous_token),
@@ -75,22 +149,29 @@ REFERENCES = {
     "check_ablation_drops": (checks.check_ablation_drops, pruning.ablation_drops),
     "check_gradient_importance": (checks.check_gradient_importance, pruning.gradient_importance),
     "check_spearman": (checks.check_spearman, pruning.spearman),
-    "check_target_score": (checks.check_target_score, head_types.target_score),
-    "check_find_previous_token_head": (
-        checks.check_find_previous_token_head,
-        find_previous_token_head,
+    "check_head_count_sweep": (checks.check_head_count_sweep, H.head_count_sweep),
+    "check_smallest_sufficient_heads": (
+        checks.check_smallest_sufficient_heads,
+        smallest_sufficient_heads,
     ),
+    "check_prune_heads": (checks.check_prune_heads, prune_heads),
+    "check_head_roles": (checks.check_head_roles, H.head_roles),
+    "check_target_score": (checks.check_target_score, head_types.target_score),
+    "check_find_offset_head": (checks.check_find_offset_head, find_offset_head),
     "check_coreference_accuracy": (
         checks.check_coreference_accuracy,
         head_types.coreference_accuracy,
     ),
-    "check_torch_attn_mask": (checks.check_torch_attn_mask, torch_bridge.to_torch_attn_mask),
-    "check_pack_in_proj": (checks.check_pack_in_proj, torch_bridge.pack_in_proj),
-    "check_load_into_torch": (checks.check_load_into_torch, torch_bridge.to_torch_mha),
+    "check_torch_mask": (checks.check_torch_mask, to_torch_mask),
+    "check_from_torch": (checks.check_from_torch, torch_bridge.from_torch_mha),
+    "check_torch_attention": (checks.check_torch_attention, torch_attention),
+    "check_sinusoidal_shift": (checks.check_sinusoidal_shift, POS.sinusoidal_shift),
+    "check_rope_scores": (checks.check_rope_scores, rope_scores),
+    "check_alibi_bias": (checks.check_alibi_bias, POS.alibi_bias),
 }
 REFERENCES.update(NB10_REFERENCES)  # notebook 10's, with its own tests in test_checks_10.py
-# These exercises ask for torch objects (tensors, a module), so plain lists are rightly refused.
-TORCH_ANSWERS = {"check_torch_attn_mask", "check_pack_in_proj", "check_load_into_torch"}
+# These exercises ask for a torch tensor or an MHAParams, so plain lists are rightly refused.
+TORCH_ANSWERS = {"check_torch_mask", "check_from_torch"}
 
 
 def test_every_check_is_covered():
@@ -156,16 +237,16 @@ def test_wrong_shapes_and_types_are_reported_not_crashed(name, answer):
 @pytest.mark.parametrize(
     "name, answer, fragments",
     [
-        ("check_softmax_list", lambda row: None, ["of shape (3,)", "got ()"]),
-        ("check_softmax_list", lambda row: [row], ["of shape (3,)", "got (1, 3)"]),
+        ("check_log_softmax_list", lambda row: None, ["of shape (3,)", "got ()"]),
+        ("check_log_softmax_list", lambda row: [row], ["of shape (3,)", "got (1, 3)"]),
         ("check_softmax", lambda x: A.softmax(x)[..., 0], ["(3, 4, 5)", "got (3, 4)"]),
-        ("check_causal_mask_list", lambda n: None, ["6 x 6", "got ()"]),
+        ("check_sliding_window_mask_list", lambda n, w: None, ["7 x 7", "got ()"]),
+        ("check_causal_mask", lambda n_q, n_k: None, ["(3, 7)", "got ()"]),
         ("check_padding_mask", lambda lengths, n_k: None, ["(3, 1, 1, 5)", "got ()"]),
-        ("check_attention", lambda q, k, v, mask=None: None, ["pair (output, weights)"]),
         ("check_attention_list", lambda q, k, v, mask=None: None, ["pair (output, weights)"]),
         ("check_split_heads", lambda x, h: x[None], ["(2, 4, 3, 2)", "got (1, 2, 3, 8)"]),
         ("check_merge_heads", lambda x: None, ["(2, 3, 8)", "got ()"]),
-        ("check_param_count", lambda d, h, bias: None, ["whole number", "NoneType"]),
+        ("check_param_count", lambda *args: None, ["whole number", "NoneType"]),
         ("check_entropy", lambda w: w, ["(2, 3, 5)", "got (2, 3, 5, 5)"]),
         ("check_previous_token_score", lambda w: w[..., 1, 0], ["(3,)", "got (2, 3)"]),
         ("check_head_similarity", lambda w: np.eye(3), ["(4, 4)", "got (3, 3)"]),
@@ -185,13 +266,13 @@ def softmax_axis2(x):  # written for 3-D input only
     return e / e.sum(axis=2, keepdims=True)
 
 
-def softmax_list_unstable(row):
-    exps = [math.exp(s) for s in row]
-    return [e / sum(exps) for e in exps]
+def log_softmax_list_unstable(row):
+    log_total = math.log(sum(math.exp(s) for s in row))
+    return [s - log_total for s in row]
 
 
-def causal_ragged(n):  # only the entries that may be attended to
-    return [[True] * (i + 1) for i in range(n)]
+def window_ragged(n, window):  # only the entries that may be attended to
+    return [[True] * min(i + 1, window) for i in range(n)]
 
 
 def padding_list_indexing(lengths, n_k):  # lengths[:, None] on a Python list
@@ -221,20 +302,6 @@ def attention_list_factory(scale=None, swap=False, mask_none_crash=False):
     return attention
 
 
-def attention_factory(scale_axis=-1, swap=False, bad_mask_shape=False):
-    def attention(q, k, v, mask=None):
-        s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[scale_axis])
-        if mask is not None:
-            m = np.asarray(mask)
-            if bad_mask_shape:
-                m = m[:, :1].repeat(s.shape[-1] + 1, axis=1)
-            s = np.where(m, s, -np.inf)
-        w = A.softmax(s)
-        return (w, w @ v) if swap else (w @ v, w)
-
-    return attention
-
-
 def split_forgot_transpose(x, h):
     b, s, d = x.shape
     return x.reshape(b, s, h, d // h)
@@ -246,7 +313,7 @@ def split_float_dk(x, h):
 
 
 def merge_forgot_reshape(x):
-    return x.transpose(0, 2, 1, 3)
+    return np.swapaxes(x, -3, -2)
 
 
 def entropy_wrong_axis(w):
@@ -268,19 +335,29 @@ def similarity_one_norm(w):
     return flat @ flat.T / np.linalg.norm(flat, axis=1)
 
 
-def softmax_list_not_normalised(row):
+def log_softmax_list_not_normalised(row):
     top = max(s for s in row if s != -math.inf)
-    return [math.exp(s - top) * math.exp(top) for s in row]
+    return [s - top for s in row]
 
 
-def attention_sqrt_times(q, k, v, mask=None):
-    w = A.softmax(q @ np.swapaxes(k, -1, -2) * math.sqrt(q.shape[-1]))
-    return w @ v, w
+def attention_list_sqrt_times(q, k, v, mask=None):
+    scores = [[x * math.sqrt(len(q[0])) for x in row] for row in L.matmul(q, L.transpose(k))]
+    if mask is not None:
+        scores = [
+            [x if ok else -math.inf for x, ok in zip(row, mrow, strict=True)]
+            for row, mrow in zip(scores, mask, strict=True)
+        ]
+    w = [L.softmax(row) for row in scores]
+    return L.matmul(w, v), w
 
 
-def attention_uses_k(q, k, v, mask=None):
-    out, w = A.scaled_dot_product_attention(q, k, v, mask)
-    return w @ k, w
+def attention_list_uses_k(q, k, v, mask=None):
+    out, w = L.attention(q, k, v, mask)
+    return L.matmul(w, k), w
+
+
+def causal_mask_top_left(n_q, n_k):
+    return np.arange(n_k)[None, :] <= np.arange(n_q)[:, None]
 
 
 def softmax_axis0(x):
@@ -297,8 +374,8 @@ def padding_ints(lengths, n_k):
 
 
 def merge_interleaved(x):
-    b, h, s, d = x.shape
-    return x.transpose(0, 2, 3, 1).reshape(b, s, h * d)
+    *lead, h, s, d = x.shape
+    return np.moveaxis(x, -3, -1).reshape(*lead, s, h * d)
 
 
 def previous_zero_first(w):  # on causal weights the same numbers as wrapping around
@@ -316,36 +393,33 @@ def raises_type_error(*args):
 
 
 MISTAKES = [
-    ("check_softmax_list", softmax_list_unstable, "subtract the row's largest score"),
+    ("check_log_softmax_list", log_softmax_list_unstable, "subtract the row's largest score"),
     ("check_softmax", softmax_axis2, "axis=-1"),
-    ("check_causal_mask_list", causal_ragged, "have lengths [1, 2, 3, 4, 5, 6]"),
+    ("check_sliding_window_mask_list", window_ragged, "have lengths [1, 2, 3, 3, 3, 3, 3]"),
+    ("check_causal_mask", causal_mask_top_left, "LAST n_q positions"),
     ("check_padding_mask", padding_list_indexing, "Python list"),
     ("check_padding_mask", padding_2d, "(batch, 1, 1, n_k)"),
     ("check_attention_list", attention_list_factory(scale="q"), "number of queries"),
     ("check_attention_list", attention_list_factory(scale="k"), "keys; d_k is"),
     ("check_attention_list", attention_list_factory(swap=True), "order (output, weights)"),
     ("check_attention_list", attention_list_factory(mask_none_crash=True), "mask=None"),
-    ("check_attention", attention_factory(scale_axis=-2), "number of queries"),
-    ("check_attention", attention_factory(scale_axis=0), "d_k is the length"),
-    ("check_attention", attention_factory(swap=True), "order (output, weights)"),
-    ("check_attention", attention_factory(bad_mask_shape=True), "operands could not be"),
     ("check_split_heads", split_forgot_transpose, "behind seq"),
     ("check_split_heads", split_float_dk, "integer division"),
     ("check_merge_heads", merge_forgot_reshape, "one axis"),
-    ("check_param_count", lambda d, h, bias: 4 * d * d + (3 * d if bias else 0), "bias of the"),
+    ("check_param_count", lambda d, s, h, k, v, bias: param_count(d, d, h, k, v, bias), "d_source"),
     ("check_entropy", entropy_wrong_axis, "over the queries"),
     ("check_entropy", entropy_mean, "not a mean"),
     ("check_head_similarity", similarity_mixed, "mixes heads"),
     ("check_head_similarity", similarity_one_norm, "must give 1"),
-    ("check_softmax_list", softmax_list_not_normalised, "divide every exp"),
+    ("check_log_softmax_list", log_softmax_list_not_normalised, "not the log of the sum"),
     ("check_softmax", softmax_axis0, "axis 0"),
-    ("check_attention", attention_sqrt_times, "multiplied the scores"),
-    ("check_attention", attention_uses_k, "it is weights @ v"),
+    ("check_attention_list", attention_list_sqrt_times, "multiplied the scores"),
+    ("check_attention_list", attention_list_uses_k, "it is weights @ v"),
     ("check_padding_mask", padding_one_short, "marked only L-1"),
     ("check_padding_mask", padding_ints, "use booleans"),
     ("check_merge_heads", merge_interleaved, "interleaves"),
-    ("check_param_count", lambda d, h, bias: 4 * d * d + (d if bias else 0), "one bias"),
-    ("check_param_count", lambda d, h, bias: 4 * d * (d // h), "one head's"),
+    ("check_param_count", lambda d, s, h, k, v, bias: param_count(d, s, h, k, k, bias), "d_v"),
+    ("check_param_count", lambda d, s, h, k, v, bias: 4 * d * d, "standard layer"),
     ("check_previous_token_score", previous_zero_first, "query 0 has no previous token"),
     ("check_previous_token_score", previous_all_earlier, "summed all earlier keys"),
 ] + [(name, raises_type_error, "TypeError") for name in REFERENCES]
@@ -362,9 +436,15 @@ def test_more_mistakes_are_named(name, wrong, fragment):
 
 
 def test_the_quoted_error_of_a_student_is_kept():
-    """A ValueError that does not come from k.T is quoted, not mislabelled."""
-    message = run(checks.check_attention, attention_factory(bad_mask_shape=True))
-    assert "if it comes from transposing k" in message
+    """An error raised on an input with another number of leading axes is quoted, with the
+    input's shape."""
+
+    def split_heads_3d(x, n_heads):
+        batch, seq, d_model = x.shape
+        return A.split_heads(x, n_heads)
+
+    message = run(checks.check_split_heads, split_heads_3d)
+    assert "not enough values to unpack" in message and "(5, 6)" in message, message
 
 
 # --------------------------------------------------------------------------- no solution leaks

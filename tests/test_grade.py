@@ -16,24 +16,31 @@ from tools import make_student as ms
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_attention_with_lists.ipynb"
 
-WRONG = "def {name}(row):\n    return [1.0] * len(row)  # does not sum to 1\n"
-RIGHT = "def {name}(row):\n    return L.softmax(row)\n"
+WRONG = "def {name}(row):\n    return [1.0] * len(row)  # exp of it does not sum to 1\n"
+LOG_SOFTMAX = (
+    "    m = max([s for s in row if s != -math.inf] or [0.0])\n"
+    "    total = sum(math.exp(s - m) for s in row)\n"
+    "    return [s - m - math.log(total) if total else -math.inf for s in row]\n"
+)
+RIGHT = "def {name}(row):\n" + LOG_SOFTMAX
 
 
 def course(tmp_path, n_exercises=1, name="90_tiny.ipynb"):
-    """A small course notebook: a set-up cell, then exercise/check pairs on the list softmax."""
+    """A small course notebook: a set-up cell, then exercise/check pairs on the list
+    log-softmax."""
     cells = [
         new_markdown_cell("# tiny"),
-        new_code_cell("from lib import checks\nfrom lib import lists as L"),
+        new_code_cell("import math\n\nfrom lib import checks\nfrom lib import lists as L"),
     ]
     for i in range(n_exercises):
         cells.append(
             new_code_cell(
                 f"def softmax_{i}(row):\n    ### BEGIN SOLUTION\n"
-                "    return L.softmax(row)\n    ### END SOLUTION"
+                + LOG_SOFTMAX
+                + "    ### END SOLUTION"
             )
         )
-        cells.append(new_code_cell(f"checks.check_softmax_list(softmax_{i})"))
+        cells.append(new_code_cell(f"checks.check_log_softmax_list(softmax_{i})"))
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {
         "name": "python3",
@@ -64,13 +71,16 @@ def test_checks_found_by_content_or_id_and_deleted_ones_fail(tmp_path):
     student, infos = ms.student_notebook(nbformat.read(NOTEBOOK, as_version=4), NOTEBOOK.name)
     exercises = [i.index for i in infos if i.is_exercise]
     checks = [i.index for i in infos if i.is_check]
-    # Solves the causal mask, fakes the softmax check (the cell keeps its id), re-types the
-    # mask's check in a new cell (new id), deletes the last check.
-    student.cells[
-        exercises[1]
-    ].source = "def causal_mask(n):\n    return [[j <= i for j in range(n)] for i in range(n)]"
-    student.cells[checks[0]].source = 'print("✓ softmax: all good")'
-    student.cells[checks[1]] = new_code_cell("checks.check_causal_mask_list( causal_mask )")
+    # Solves the sliding-window mask, fakes the log-softmax check (the cell keeps its id),
+    # re-types the mask's check in a new cell (new id), deletes the last check.
+    student.cells[exercises[1]].source = (
+        "def sliding_window_mask(n, window):\n"
+        "    return [[i - window < j <= i for j in range(n)] for i in range(n)]"
+    )
+    student.cells[checks[0]].source = 'print("✓ log_softmax_row: all good")'
+    student.cells[checks[1]] = new_code_cell(
+        "checks.check_sliding_window_mask_list( sliding_window_mask )"
+    )
     del student.cells[checks[2]]
     path = tmp_path / NOTEBOOK.name
     nbformat.write(student, path)
@@ -78,7 +88,7 @@ def test_checks_found_by_content_or_id_and_deleted_ones_fail(tmp_path):
     result = grade.grade_notebook(path, NOTEBOOK, "x")
     assert [c.passed for c in result.checks] == [False, True, False]
     assert [c.found_by for c in result.checks] == ["id", "content", ""]
-    assert result.checks[0].check.startswith("checks.check_softmax_list(")
+    assert result.checks[0].check.startswith("checks.check_log_softmax_list(")
     assert "not implemented yet" in result.checks[0].message
     assert result.checks[2].message == "the check cell was deleted"
     text = grade.describe(result)
@@ -101,7 +111,7 @@ def test_a_notebook_saved_as_nbformat_4_0_without_ids_is_graded(tmp_path):
 # --------------------------------------------------------------------------- tampering
 
 TAMPERING = {
-    "reassign the check": "checks.check_softmax_list = lambda fn: print('✓ softmax')",
+    "reassign the check": "checks.check_log_softmax_list = lambda fn: print('✓ softmax')",
     "patch lib.checks' core": (
         "import lib.checks._core as core, lib.checks.nb01_lists as nb01\n"
         "core.close = nb01.close = lambda *a, **k: True\n"
@@ -119,17 +129,19 @@ TAMPERING = {
     "replace sys.modules": (
         "import sys, types\n"
         "fake = types.ModuleType('lib.checks')\n"
-        "fake.check_softmax_list = lambda fn: None\n"
+        "fake.check_log_softmax_list = lambda fn: None\n"
         "sys.modules['lib.checks'] = fake\nimport lib\nlib.checks = fake\nchecks = fake"
     ),
     "a fake checks name": (
-        "class checks:\n    @staticmethod\n    def check_softmax_list(fn):\n        print('✓')"
+        "class checks:\n    @staticmethod\n    def check_log_softmax_list(fn):\n        print('✓')"
     ),
     "patch numpy and lib's reference": (
         "import numpy as np\nnp.allclose = lambda *a, **k: True\n"
         "np.array_equal = lambda *a, **k: True\n"
         "import lib.lists\nlib.lists.softmax = lambda row: [1.0] * len(row)\n"
-        "L.softmax = lib.lists.softmax"
+        "L.softmax = lib.lists.softmax\n"
+        "import lib.checks.nb01_lists as nb01\n"
+        "nb01.log_softmax_reference = lambda row: [1.0] * len(row)"
     ),
 }
 
@@ -147,7 +159,7 @@ def test_tampering_cannot_make_a_wrong_answer_pass(tmp_path):
     for cell in ran.cells:
         if (
             cell.cell_type == "code"
-            and "check_softmax_list" in cell.source
+            and "check_log_softmax_list" in cell.source
             and "def " not in cell.source
         ):
             assert not [o for o in cell.outputs if o.output_type == "error"], cell.outputs
@@ -157,7 +169,7 @@ def test_tampering_cannot_make_a_wrong_answer_pass(tmp_path):
     assert result.status == "graded"
     for route, check in zip(TAMPERING, result.checks, strict=True):
         assert not check.passed, route
-        assert "should sum to 1, yours sum to 3" in check.message, (route, check.message)
+        assert "should sum to 1, yours sum to 8.155" in check.message, (route, check.message)
 
 
 def test_a_right_answer_passes_and_student_errors_are_quoted(tmp_path):
@@ -170,8 +182,8 @@ def test_a_right_answer_passes_and_student_errors_are_quoted(tmp_path):
     ]
     result = grade.grade_notebook(submit(tmp_path, source, "amy", bodies), source, "amy")
     assert [c.passed for c in result.checks] == [True, False, False]
-    assert "softmax calls helper, which is not implemented yet" in result.checks[1].message
-    assert "softmax raised KeyError: 'oops'" in result.checks[2].message
+    assert "log_softmax_row calls helper, which is not implemented" in result.checks[1].message
+    assert "log_softmax_row raised KeyError: 'oops'" in result.checks[2].message
 
 
 # --------------------------------------------------------------------------- bad submissions
@@ -226,7 +238,8 @@ def test_bad_submissions_score_0_with_the_reason_and_the_batch_goes_on(tmp_path)
     assert status["e_unreadable"][0] == "unreadable"
     assert status["f_not_a_notebook"][0] == "not a notebook"
     assert (
-        status["g_slow_check"][0] == "timeout" and "check_softmax_list" in status["g_slow_check"][1]
+        status["g_slow_check"][0] == "timeout"
+        and "check_log_softmax_list" in status["g_slow_check"][1]
     )
     assert status["c_good"][0] == status["h_good_too"][0] == "graded"
     assert "kernel died" in rows["a_dies"]["failures"]
@@ -293,3 +306,45 @@ def test_only_the_cells_the_checked_functions_need_are_run():
     ]
     assert grade.needed_cells(sources, {6: {"f"}}) == {0, 2, 4, 5}
     assert grade.needed_cells(["def f(:", "x = 1"], {2: {"f"}}) == {0}  # unparsable: run
+
+
+# --------------------------------------------------------------------------- MHAParams answers
+
+FROM_TORCH_RIGHT = "def from_torch(module):\n    return TB.from_torch_mha(module)\n"
+FROM_TORCH_WRONG = (  # the in-projection blocks not transposed back
+    "def from_torch(module):\n"
+    "    p = TB.from_torch_mha(module)\n"
+    "    return A.MHAParams(p.W_q.T, p.W_k.T, p.W_v.T, p.W_o, p.n_heads, p.b_q, p.b_k, p.b_v,"
+    " p.b_o)\n"
+)
+
+
+def test_an_mhaparams_answer_is_rebuilt_by_the_grader(tmp_path):
+    """Notebook 08's exercise 2 returns lib's MHAParams: it travels as arrays, is rebuilt
+    (and checked again) by lib in the grader, and the check judges it like any answer."""
+    cells = [
+        new_code_cell(
+            "from lib import attention as A\nfrom lib import checks\n"
+            "from lib import torch_bridge as TB"
+        ),
+        new_code_cell(
+            "def from_torch(module):\n    ### BEGIN SOLUTION\n"
+            "    return TB.from_torch_mha(module)\n    ### END SOLUTION"
+        ),
+        new_code_cell("checks.check_from_torch(from_torch)"),
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    src = tmp_path / "src"
+    src.mkdir()
+    nbformat.write(nb, src / "98_torch.ipynb")
+    source = src / "98_torch.ipynb"
+    right = grade.grade_notebook(submit(tmp_path, source, "amy", [FROM_TORCH_RIGHT]), source, "amy")
+    assert [c.passed for c in right.checks] == [True], right.checks
+    wrong = grade.grade_notebook(submit(tmp_path, source, "bob", [FROM_TORCH_WRONG]), source, "bob")
+    assert [c.passed for c in wrong.checks] == [False]
+    assert "transpose each block of in_proj_weight" in wrong.checks[0].message

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lib import attention as A
-from lib import head_types as T
+from lib import head_types as HT
 from lib import heads as H
 
 
@@ -49,7 +49,7 @@ def loop_score(w, lengths, key_of):
 def test_scores_match_direct_loops(lengths, seed):
     n = max(lengths) + 1  # at least one padded column
     w, mask = random_weights(np.random.default_rng(seed), lengths, n)
-    scores = T.head_type_scores(w, mask, tokens_for(lengths))
+    scores = HT.head_type_scores(w, mask, tokens_for(lengths))
     expect = {
         "previous": lambda i, L: [i - 1] if i >= 1 else [],
         "next": lambda i, L: [i + 1] if i + 1 < L else [],
@@ -60,13 +60,56 @@ def test_scores_match_direct_loops(lengths, seed):
     for name, key_of in expect.items():
         np.testing.assert_allclose(scores[name], loop_score(w, lengths, key_of), atol=1e-12)
     assert np.isnan(scores["punctuation"]).all()  # no punctuation anywhere: undefined
-    assert (T.classify_heads(scores) != "punctuation").all()
+    assert (HT.classify_heads(scores) != "punctuation").all()
+
+
+@given(
+    lengths=st.lists(st.integers(min_value=2, max_value=7), min_size=1, max_size=4),
+    offset=st.integers(-4, 4),
+    seed=st.integers(0, 1000),
+)
+def test_offset_scores_match_direct_loops(lengths, offset, seed):
+    n = max(lengths) + 1  # at least one padded column
+    w, mask = random_weights(np.random.default_rng(seed), lengths, n)
+    targets, queries = HT.offset_masks(mask, offset)
+    expected_queries = [0 <= i + offset < L for L in lengths for i in range(n) if i < L]
+    assert queries[mask].tolist() == expected_queries
+    assert not queries[~mask].any() and not targets[~mask].any()  # padding is never a query
+    if not queries.any():
+        return
+    score = HT.target_score(w, targets, queries)
+    expected = loop_score(w, lengths, lambda i, L: [i + offset] if 0 <= i + offset < L else [])
+    np.testing.assert_allclose(score, expected, atol=1e-12)
+
+
+def test_offset_masks_are_the_previous_and_next_masks():
+    lengths = [5, 3, 6]
+    mask = A.padding_mask(np.asarray(lengths), 7)[:, 0, 0, :]
+    by_type = HT.target_masks(tokens_for(lengths), 7)
+    for offset, name in ((-1, "previous"), (1, "next"), (0, "self")):
+        for got, want in zip(HT.offset_masks(mask, offset), by_type[name], strict=True):
+            np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(
+        HT.offset_masks(mask.astype(int), 2)[0], HT.offset_masks(mask, 2)[0]
+    )
+
+
+def test_offset_masks_bad_input():
+    mask = np.ones((2, 4), bool)
+    with pytest.raises(ValueError, match=r"\(batch, n\) array of booleans"):
+        HT.offset_masks(mask[0], 1)
+    with pytest.raises(ValueError, match=r"\(batch, n\) array of booleans"):
+        HT.offset_masks(np.full((2, 4), 0.5), 1)
+    with pytest.raises(ValueError, match="offset must be an integer, got 1.0"):
+        HT.offset_masks(mask, 1.0)
+    with pytest.raises(ValueError, match="offset must be an integer, got True"):
+        HT.offset_masks(mask, True)
 
 
 def test_unpadded_scores_equal_lib_heads():
     rng = np.random.default_rng(0)
     w, mask = random_weights(rng, [6, 6], 6)
-    scores = T.head_type_scores(w, mask, tokens_for([6, 6]))
+    scores = HT.head_type_scores(w, mask, tokens_for([6, 6]))
     np.testing.assert_allclose(scores["previous"], H.offset_score(w, -1), atol=1e-12)
     np.testing.assert_allclose(scores["next"], H.offset_score(w, +1), atol=1e-12)
     np.testing.assert_allclose(scores["self"], H.offset_score(w, 0), atol=1e-12)
@@ -84,8 +127,8 @@ def test_padding_does_not_change_scores():
     padded[..., 5:, :5] = w[..., :1, :]  # padded queries: any distribution over real keys
     mask8 = np.pad(mask, ((0, 0), (0, 3)))
     toks = tokens_for([5, 3], punct_at=[(0, 2)])
-    a = T.head_type_scores(w, mask, toks)
-    b = T.head_type_scores(padded, mask8, toks)
+    a = HT.head_type_scores(w, mask, toks)
+    b = HT.head_type_scores(padded, mask8, toks)
     for name in a:
         np.testing.assert_allclose(a[name], b[name], atol=1e-12, err_msg=name)
 
@@ -93,9 +136,9 @@ def test_padding_does_not_change_scores():
 def test_leading_layer_axis():
     rng = np.random.default_rng(2)
     w, mask = random_weights(rng, [4, 6, 5], 6, lead=(2,))
-    scores = T.head_type_scores(w, mask, tokens_for([4, 6, 5]))
+    scores = HT.head_type_scores(w, mask, tokens_for([4, 6, 5]))
     for layer in range(2):
-        one = T.head_type_scores(w[layer], mask, tokens_for([4, 6, 5]))
+        one = HT.head_type_scores(w[layer], mask, tokens_for([4, 6, 5]))
         for name in scores:
             np.testing.assert_allclose(scores[name][layer], one[name], atol=1e-12)
 
@@ -107,23 +150,23 @@ def test_punctuation_score_and_queries():
     w[0, 0, :, 2], w[0, 0, :, 0] = 0.5, 0.5  # sentence 0: half on its comma at position 2
     toks = tokens_for(lengths, punct_at=[(0, 2)])
     mask = A.padding_mask(np.asarray(lengths), 5)[:, 0, 0, :]
-    targets, queries = T.target_masks(toks, 5)["punctuation"]
+    targets, queries = HT.target_masks(toks, 5)["punctuation"]
     assert queries.tolist() == [[True] * 5, [False] * 5]  # sentence 1 has no punctuation
-    np.testing.assert_allclose(T.target_score(w, targets, queries), [0.5])
-    scores = T.head_type_scores(w, mask, toks)
+    np.testing.assert_allclose(HT.target_score(w, targets, queries), [0.5])
+    scores = HT.head_type_scores(w, mask, toks)
     np.testing.assert_allclose(scores["[CLS]"], [(5 * 0.5 + 4 * 1.0) / 9])
 
 
 def test_classify_heads():
-    scores = {name: np.array([[0.1, 0.1, 0.1, 0.9]]) for name in T.HEAD_TYPES}
+    scores = {name: np.array([[0.1, 0.1, 0.1, 0.9]]) for name in HT.HEAD_TYPES}
     scores["previous"] = np.array([[0.8, 0.2, 0.2, 0.1]])
     scores["[SEP]"] = np.array([[0.1, 0.55, 0.2, 0.1]])
     scores["self"] = np.array([[0.1, 0.1, 0.2, 0.1]])
     scores["punctuation"] = np.array([[0.1, 0.1, 0.2, 0.95]])
     scores["entropy"] = np.array([[0.1, 0.9, 0.9, 0.2]])
-    labels = T.classify_heads(scores)
+    labels = HT.classify_heads(scores)
     assert labels.tolist() == [["previous", "[SEP]", "broad", "punctuation"]]
-    assert T.classify_heads(scores, threshold=0.99, broad=0.95).tolist() == [["mixed"] * 4]
+    assert HT.classify_heads(scores, threshold=0.99, broad=0.95).tolist() == [["mixed"] * 4]
 
 
 def test_layer_diversity():
@@ -131,45 +174,48 @@ def test_layer_diversity():
     w, mask = random_weights(rng, [5, 4], 5, heads=4, lead=(2,))
     same = w.copy()
     same[1] = w[1, :, :1]  # layer 1: four copies of one head
-    div = T.layer_diversity(same, mask)
+    div = HT.layer_diversity(same, mask)
     assert div.shape == (2,)
     assert div[1] == pytest.approx(0.0, abs=1e-12)
     assert 0 < div[0] < 1
     one_hot = np.zeros((1, 1, 3, 3, 3))
     for h in range(3):
         one_hot[0, 0, h, :, h] = 1.0  # three heads looking at three different keys
-    assert T.layer_diversity(one_hot, np.ones((1, 3), bool))[0] == pytest.approx(1.0)
+    assert HT.layer_diversity(one_hot, np.ones((1, 3), bool))[0] == pytest.approx(1.0)
 
 
 def test_coreference_accuracy():
     w = np.full((1, 2, 2, 4, 4), 0.25)  # (layers, batch, heads, n, n)
     w[0, 0, 0, 3] = [0.1, 0.6, 0.2, 0.1]  # sentence 0, head 0: pronoun 3 -> key 1
     w[0, 1, 0, 3] = [0.1, 0.2, 0.6, 0.1]  # sentence 1, head 0: pronoun 3 -> key 2
-    acc = T.coreference_accuracy(w, [3, 3], [1, 1], [2, 2])
+    acc = HT.coreference_accuracy(w, [3, 3], [1, 1], [2, 2])
     assert acc.tolist() == [[0.5, 0.0]]  # head 1: ties everywhere, never a win
-    acc = T.coreference_accuracy(w, [3, 3], [1, 2], [2, 1])
+    acc = HT.coreference_accuracy(w, [3, 3], [1, 2], [2, 1])
     assert acc.tolist() == [[1.0, 0.0]]
+    wins = HT.coreference_wins(w, [3, 3], [1, 1], [2, 2])  # (layers, sentences, heads)
+    assert wins.dtype == bool
+    assert wins.tolist() == [[[True, False], [False, False]]]
 
 
 def test_bad_inputs():
     w = np.full((2, 3, 4, 4), 0.25)
     mask = np.ones((2, 4), bool)
     with pytest.raises(ValueError, match=r"do not fit attention_mask \(2, 5\)"):
-        T.head_type_scores(w, np.ones((2, 5), bool), tokens_for([4, 4]))
+        HT.head_type_scores(w, np.ones((2, 5), bool), tokens_for([4, 4]))
     with pytest.raises(ValueError, match=r"attention_mask must be \(batch, n\)"):
-        T.normalised_entropy(w, np.ones(4, bool))
+        HT.normalised_entropy(w, np.ones(4, bool))
     with pytest.raises(ValueError, match="2..n=4 tokens"):
-        T.target_masks([["[CLS]"]], 4)
+        HT.target_masks([["[CLS]"]], 4)
     with pytest.raises(ValueError, match="2..n=4 tokens"):
-        T.target_masks([["w"] * 5], 4)
-    targets, queries = T.target_masks(tokens_for([4, 4]), 4)["previous"]
+        HT.target_masks([["w"] * 5], 4)
+    targets, queries = HT.target_masks(tokens_for([4, 4]), 4)["previous"]
     with pytest.raises(ValueError, match=r"queries \(2, 3\) must be \(batch, n_q\)"):
-        T.target_score(w, targets, queries[:, :3])
+        HT.target_score(w, targets, queries[:, :3])
     with pytest.raises(ValueError, match=r"targets \(2, 4, 3\)"):
-        T.target_score(w, targets[..., :3], queries)
+        HT.target_score(w, targets[..., :3], queries)
     with pytest.raises(ValueError, match="no query"):
-        T.target_score(w, targets, np.zeros_like(queries))
+        HT.target_score(w, targets, np.zeros_like(queries))
     with pytest.raises(ValueError, match=r"\(layers, batch, heads, n, n\)"):
-        T.layer_diversity(w, mask)
+        HT.layer_diversity(w, mask)
     with pytest.raises(ValueError, match="three \\(batch,\\) index arrays"):
-        T.coreference_accuracy(w, [1], [2, 2], [3, 3])
+        HT.coreference_accuracy(w, [1], [2, 2], [3, 3])

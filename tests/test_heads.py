@@ -99,3 +99,115 @@ def test_offset_score():
     np.testing.assert_allclose(H.offset_score(w, 0), [0.25, 1.0])
     with pytest.raises(ValueError, match="offset=4"):
         H.offset_score(w, 4)
+
+
+# --------------------------------------------------------------------------- head roles (06)
+
+
+def test_head_roles_names_the_offset_each_head_looks_at():
+    n = 6
+    prev = np.eye(n, k=-1)
+    prev[0, 0] = 1.0
+    three = np.eye(n, k=-3)
+    three[:3] = np.tril(np.ones((3, n)))[:3] / np.arange(1, 4)[:, None]  # no key 3 back yet
+    mask = A.causal_mask(n)
+    uniform = mask / mask.sum(-1, keepdims=True)
+    split = 0.5 * np.eye(n, k=-1) + 0.5 * np.eye(n, k=-2)  # 1 and 2 back, 0.5 each
+    split[0, 0] = 1.0
+    split[1, 1] = 0.5  # query 1 has no key 2 back: half on itself
+    w = np.stack([prev, three, uniform, split])[None]  # (1, 4, n, n)
+    np.testing.assert_array_equal(H.head_roles(w, (1, 3)), [1, 3, 0, 1])  # 0.5 is enough
+    np.testing.assert_array_equal(H.head_roles(w, (1, 2, 3)), [1, 3, 0, 1])  # a tie: first
+    np.testing.assert_array_equal(H.head_roles(w, (2, 1, 3)), [1, 3, 0, 2])
+    np.testing.assert_array_equal(H.head_roles(w, (1, 2, 3), threshold=0.6), [1, 3, 0, 0])
+    np.testing.assert_array_equal(H.head_roles(w, (4,)), [0, 0, 0, 0])
+
+
+@pytest.mark.parametrize(
+    "offsets, threshold, match",
+    [
+        ((), 0.5, "offsets must be a non-empty list of integers"),
+        ((1, 0), 0.5, r"offsets must be integers >= 1, got \[1, 0\]"),
+        ((1, 1), 0.5, "different numbers"),
+        ((1.5,), 0.5, "integers"),
+        ((1,), 0.0, r"threshold must be in \(0, 1\]"),
+    ],
+)
+def test_head_roles_bad_arguments(offsets, threshold, match):
+    w = np.broadcast_to(np.eye(3), (1, 2, 3, 3))
+    with pytest.raises(ValueError, match=match):
+        H.head_roles(w, offsets, threshold)
+
+
+# --------------------------------------------------------------------------- the sweep (05)
+
+
+def _sweep_parts(trained):
+    """make_model that keeps every model it makes, a batch maker, and held-out data."""
+    from lib import tiny as T
+
+    def make_model(h, rng):
+        trained.append(T.init_tiny_model(4, 6, 8, h, 4, rng, n_slots=2))
+        return trained[-1]
+
+    def make_batch(rng):
+        return T.copy_offsets_task(16, 6, 4, (1, 2), rng)
+
+    return make_model, make_batch, T.copy_offsets_task(32, 6, 4, (1, 2), np.random.default_rng(9))
+
+
+def test_head_count_sweep_measures_each_seeded_run_on_the_held_out_data():
+    from lib import tiny as T
+
+    models = []
+    make_model, make_batch, held_out = _sweep_parts(models)
+    results = H.head_count_sweep(make_model, make_batch, held_out, [1, 2], [0, 1], 100, 0.8, 10)
+    assert list(results) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    mask = A.causal_mask(6)
+    for model, (key, run) in zip(models, results.items(), strict=True):
+        assert model.n_heads == key[0]
+        assert run["accuracy"] == T.accuracy(model, *held_out)  # held out, after training
+        w = model.forward(held_out[0])[1]
+        np.testing.assert_allclose(run["entropy"], H.head_entropy_normalised(w, mask))
+        np.testing.assert_allclose(run["mean_weights"], w.mean(axis=0))
+        assert (run["steps"] is not None) == (run["accuracy"] >= 0.8)  # it stopped there
+        assert run["steps"] is None or run["steps"] % 10 == 0
+    assert {r["steps"] for r in results.values()} - {None}, "no run reached the target"
+    # A seed starts every head count from the same numbers (the parameters do not depend on
+    # h), and the same seed gives the same run again.
+    again = H.head_count_sweep(make_model, make_batch, held_out, [2, 1], [1, 0], 100, 0.8, 10)
+    for key, run in results.items():
+        assert again[key]["accuracy"] == run["accuracy"] and again[key]["steps"] == run["steps"]
+    fresh = [T.init_tiny_model(4, 6, 8, h, 4, np.random.default_rng(0), 2) for h in (1, 2)]
+    for name, value in fresh[0].params.items():
+        np.testing.assert_array_equal(value, fresh[1].params[name])
+    assert results[1, 0]["accuracy"] != results[1, 1]["accuracy"]  # seeds differ
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"head_counts": []}, "head_counts must be a non-empty list of integers"),
+        ({"head_counts": [0, 2]}, r"head_counts must be integers >= 1, got \[0, 2\]"),
+        ({"seeds": [0.5]}, "seeds must be a non-empty list of integers"),
+        ({"budget": 0}, "budget must be an integer >= 1, got 0"),
+        ({"eval_every": True}, "eval_every must be an integer >= 1, got True"),
+        ({"target": 1.5}, r"target must be an accuracy in \(0, 1\], got 1.5"),
+        ({"make_model": lambda h, rng: None}, "returned a model with None heads, not 1"),
+    ],
+)
+def test_head_count_sweep_bad_arguments(change, match):
+    make_model, make_batch, held_out = _sweep_parts([])
+    args = dict(
+        make_model=make_model,
+        make_batch=make_batch,
+        eval_data=held_out,
+        head_counts=[1],
+        seeds=[0],
+        budget=5,
+        target=0.9,
+        eval_every=5,
+    )
+    args.update(change)
+    with pytest.raises(ValueError, match=match):
+        H.head_count_sweep(**args)

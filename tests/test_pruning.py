@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
-from lib import pruning as P
+from lib import pruning as PR
 from lib import tiny as T
 
 
@@ -25,7 +25,7 @@ def trained():
 
 def test_ablation_drops_match_switching_each_head_off(trained):
     model, (ids, targets), _ = trained
-    drops = P.ablation_drops(model, ids, targets)
+    drops = PR.ablation_drops(model, ids, targets)
     base = T.accuracy(model, ids, targets)
     assert base == 1.0
     for h in range(4):
@@ -37,7 +37,7 @@ def test_ablation_drops_match_switching_each_head_off(trained):
 
 def test_a_head_that_is_already_off_has_no_drop(trained):
     model, select, _ = trained
-    drops = P.ablation_drops(model, *select, head_mask=np.array([1.0, 0.0, 1.0, 1.0]))
+    drops = PR.ablation_drops(model, *select, head_mask=np.array([1.0, 0.0, 1.0, 1.0]))
     assert drops[1] == 0.0
 
 
@@ -45,7 +45,7 @@ def test_gradient_importance_is_the_mean_abs_per_sequence_derivative(trained):
     """Checked against finite differences of each sequence's loss, one head at a time."""
     model, (ids, targets), _ = trained
     ids, targets = ids[:6], targets[:6]
-    got = P.gradient_importance(model, ids, targets)
+    got = PR.gradient_importance(model, ids, targets)
     per_sequence = np.zeros((6, 4))
     for b in range(6):
         mask = np.ones(4)
@@ -64,14 +64,14 @@ def test_a_head_whose_output_is_cut_has_zero_importance(trained):
     cut = T.TinyModel({k: v.copy() for k, v in model.params.items()}, 4, 2)
     d_k = cut.d_model // 4
     cut.params["W_o"][2 * d_k : 3 * d_k] = 0.0  # head 2 writes nothing
-    assert P.gradient_importance(cut, *select)[2] == 0.0
-    assert P.ablation_drops(cut, *select)[2] == 0.0
+    assert PR.gradient_importance(cut, *select)[2] == 0.0
+    assert PR.ablation_drops(cut, *select)[2] == 0.0
 
 
 @pytest.mark.parametrize("score", ["ablation", "gradient"])
 def test_prune_iteratively_stops_before_losing_more_than_a_point(trained, score):
     model, select, _ = trained
-    steps = P.prune_iteratively(model, select, score=score, max_drop=0.01)
+    steps = PR.prune_iteratively(model, select, score=score, max_drop=0.01)
     start = steps[0].accuracy
     assert steps[0].removed is None and steps[0].head_mask.tolist() == [1.0] * 4
     for before, after in zip(steps, steps[1:], strict=False):
@@ -81,7 +81,7 @@ def test_prune_iteratively_stops_before_losing_more_than_a_point(trained, score)
         assert after.accuracy == T.accuracy(model, *select, after.head_mask)
     last = steps[-1].head_mask
     if last.sum() > 1:  # stopped because every next removal costs more than a point...
-        drops = P.ablation_drops(model, *select, head_mask=last)
+        drops = PR.ablation_drops(model, *select, head_mask=last)
         accs = T.accuracy(model, *select, last) - drops
         alive = np.flatnonzero(last)
         assert (start - accs[alive]).max() > 0.01  # ...at least the one that was tried
@@ -91,11 +91,11 @@ def test_prune_iteratively_stops_before_losing_more_than_a_point(trained, score)
 def test_prune_iteratively_bad_arguments(trained):
     model, select, _ = trained
     with pytest.raises(ValueError, match='score must be "ablation" or "gradient"'):
-        P.prune_iteratively(model, select, score="random")
+        PR.prune_iteratively(model, select, score="random")
     with pytest.raises(ValueError, match=r"max_drop must be in \[0, 1\)"):
-        P.prune_iteratively(model, select, max_drop=1.0)
+        PR.prune_iteratively(model, select, max_drop=1.0)
     with pytest.raises(ValueError, match=r"head_mask must have shape \(heads,\) = \(4,\)"):
-        P.ablation_drops(model, *select, head_mask=np.ones(3))
+        PR.ablation_drops(model, *select, head_mask=np.ones(3))
 
 
 # --------------------------------------------------------------------------- ranks
@@ -107,15 +107,15 @@ def test_spearman_matches_scipy(values, seed):
     b = np.random.default_rng(seed).permutation(a) + np.random.default_rng(seed).normal(size=len(a))
     if np.ptp(a) == 0:
         with pytest.raises(ValueError, match="constant"):
-            P.spearman(a, b)
+            PR.spearman(a, b)
         return
-    assert P.spearman(a, b) == pytest.approx(spearmanr(a, b).statistic, abs=1e-12)
+    assert PR.spearman(a, b) == pytest.approx(spearmanr(a, b).statistic, abs=1e-12)
 
 
 def test_ranks_average_ties():
-    np.testing.assert_array_equal(P.ranks([0.3, 0.0, 0.0, 0.5]), [3.0, 1.5, 1.5, 4.0])
+    np.testing.assert_array_equal(PR.ranks([0.3, 0.0, 0.0, 0.5]), [3.0, 1.5, 1.5, 4.0])
 
 
 def test_spearman_bad_input():
     with pytest.raises(ValueError, match=r"same length >= 2, got \(3,\) and \(2,\)"):
-        P.spearman([1, 2, 3], [1, 2])
+        PR.spearman([1, 2, 3], [1, 2])

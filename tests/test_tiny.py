@@ -7,6 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.special import log_softmax
 
+from lib import attention as A
+from lib import backprop as BP
+from lib import positions as POS
 from lib import tiny as T
 
 
@@ -199,3 +202,131 @@ def test_training_solves_the_repeating_pattern_task():
     assert log.accuracy[-1] == 1.0
     assert log.steps_to(1.0) == log.steps[-1] <= 200
     assert log.loss[-1] < log.loss[0]
+
+
+# --------------------------------------------------------------------------- position schemes
+
+
+@pytest.mark.parametrize("scheme", POS.SCHEMES)
+def test_model_gradients_with_every_position_scheme(scheme):
+    """Float64 gradients of every parameter, for each scheme (b_k: 0 unless RoPE turns it)."""
+    rng = np.random.default_rng(11)
+    model = T.init_tiny_model(5, 7, 8, 2, 4, rng, n_slots=2, positions=scheme)
+    for name in ("b_q", "b_k", "b_v", "b_o", "b_out"):
+        model.params[name] += rng.normal(0.0, 0.3, model.params[name].shape)
+    ids = rng.integers(0, 5, size=(3, 6))
+    targets = rng.integers(0, 4, size=(3, 6, 2))
+    targets[:, 0] = -1
+
+    def loss():
+        return model.loss_and_grads(ids, targets)[0]
+
+    _, grads = model.loss_and_grads(ids, targets)
+    assert set(grads) == set(model.params) | {"head_mask"}
+    assert ("pos_emb" in model.params) == (scheme == "learned")
+    for name, array in model.params.items():
+        numeric = numeric_gradient(loss, array)
+        if name == "b_k" and scheme != "rope":
+            assert np.abs(grads[name]).max() < 1e-12 and np.abs(numeric).max() < 1e-8
+            continue
+        assert relative_error(grads[name], numeric) < 1e-6, name
+
+
+def test_the_default_scheme_is_learned_and_every_scheme_starts_from_the_same_weights():
+    models = {s: T.init_tiny_model(6, 9, 8, 2, 4, np.random.default_rng(3), positions=s)
+              for s in POS.SCHEMES}  # fmt: skip
+    default = T.init_tiny_model(6, 9, 8, 2, 4, np.random.default_rng(3))
+    assert default.positions == "learned" and default.max_len == 9
+    for name, value in default.params.items():
+        np.testing.assert_array_equal(models["learned"].params[name], value)
+        for scheme, model in models.items():
+            if name != "pos_emb":
+                np.testing.assert_array_equal(model.params[name], value, err_msg=scheme)
+
+
+@pytest.mark.parametrize("scheme", ["none", "sinusoidal", "rope", "alibi"])
+def test_schemes_without_a_table_take_any_length(scheme):
+    model = T.init_tiny_model(5, 4, 8, 2, 3, np.random.default_rng(0), positions=scheme)
+    assert model.max_len is None
+    logits, weights, _ = model.forward(np.zeros((2, 40), dtype=int))
+    assert logits.shape == (2, 40, 1, 3) and weights.shape == (2, 2, 40, 40)
+
+
+def test_the_schemes_compute_what_they_say():
+    """x with sinusoidal positions is tok_emb + the table; with none, RoPE and ALiBi it is the
+    tokens alone and the layer gets RoPE or ALiBi's bias; permuting the tokens of a model
+    without positions leaves the last position's logits unchanged (a set, not a sequence)."""
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, 5, size=(2, 6))
+    m = {s: T.init_tiny_model(5, 6, 8, 2, 3, np.random.default_rng(4), positions=s)
+         for s in POS.SCHEMES}  # fmt: skip
+    tok = m["none"].params["tok_emb"][ids]
+    cases = {
+        "none": (tok, {}),
+        "sinusoidal": (tok + POS.sinusoidal_table(6, 8), {}),
+        "rope": (tok, {"rope": POS.RoPE()}),
+        "alibi": (tok, {"score_bias": POS.alibi_bias(6, 6, POS.alibi_slopes(2))}),
+    }
+    for scheme, (x, extra) in cases.items():
+        model = m[scheme]
+        out, _, _ = BP.mha_forward(x, x, model.mha_params(), A.causal_mask(6), **extra)
+        expected = out @ model.params["W_out"] + model.params["b_out"]
+        np.testing.assert_allclose(model.forward(ids)[0][..., 0, :], expected, atol=1e-12)
+    shuffled = np.concatenate([ids[:, [3, 0, 4, 1, 2]], ids[:, 5:]], axis=1)
+    np.testing.assert_allclose(
+        m["none"].forward(shuffled)[0][:, -1], m["none"].forward(ids)[0][:, -1], atol=1e-12
+    )
+    assert not np.allclose(
+        m["learned"].forward(shuffled)[0][:, -1], m["learned"].forward(ids)[0][:, -1]
+    )
+
+
+def test_learned_rows_past_the_training_length_never_move():
+    model = T.init_tiny_model(5, 12, 8, 2, 5, np.random.default_rng(0))
+    start = model.params["pos_emb"].copy()
+    held_out = T.repeating_pattern_task(8, 6, 5, 2, np.random.default_rng(1))
+    T.train(
+        model,
+        lambda r: T.repeating_pattern_task(8, 6, 5, 2, r),
+        held_out,
+        5,
+        np.random.default_rng(2),
+    )
+    assert (model.params["pos_emb"][6:] == start[6:]).all()
+    assert (model.params["pos_emb"][:6] != start[:6]).all()
+
+
+def test_last_marked_task_targets():
+    ids, targets = T.last_marked_task(50, 10, 6, 2, np.random.default_rng(5))  # marked: 4, 5
+    for seq, target in zip(ids, targets, strict=True):
+        for i in range(10):
+            marked = [t for t in seq[: i + 1] if t >= 4]
+            assert target[i] == (marked[-1] if marked else -1)
+    with pytest.raises(ValueError, match="n_marked must be below vocab_size=6"):
+        T.last_marked_task(2, 10, 6, 6, np.random.default_rng(0))
+
+
+def test_position_experiment_protocol():
+    """Records per (scheme, seed, length), held-out sets shared, only unseen positions scored
+    at longer lengths; the same call gives the same numbers."""
+
+    def task(n, seq_len, r):
+        return T.copy_offsets_task(n, seq_len, 5, (1,), r)
+
+    kw = dict(vocab_size=5, n_classes=5, d_model=8, n_heads=2, batch=8, n_eval=16)
+    records = T.position_experiment(task, ("none", "rope"), (0, 1), 3, 6, (6, 12), **kw)
+    assert [(r["scheme"], r["seed"], r["length"]) for r in records] == [
+        (s, seed, n) for s in ("none", "rope") for seed in (0, 1) for n in (6, 12)
+    ]
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in records)
+    assert records == T.position_experiment(task, ("none", "rope"), (0, 1), 3, 6, (6, 12), **kw)
+    # the score at length 12 counts positions 6..11 only: rebuild it by hand for one model
+    rng = np.random.default_rng(0)
+    model = T.init_tiny_model(5, 12, 8, 2, 5, rng, positions="rope")
+    T.train(model, lambda r: task(8, 6, r), task(16, 6, np.random.default_rng(1006)), 3, rng,
+            lr=0.02, eval_every=3)  # fmt: skip
+    ids, targets = task(16, 12, np.random.default_rng(1012))
+    right = (model.predict(ids)[..., 0] == targets[..., 0])[:, 6:]
+    assert records[5]["accuracy"] == pytest.approx(right.mean())  # rope, seed 0, length 12
+    with pytest.raises(ValueError, match="test lengths must be >= train_len=6"):
+        T.position_experiment(task, ("none",), (0,), 1, 6, (4,), **kw)

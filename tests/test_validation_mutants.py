@@ -30,7 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 
 MODULES = (
     "lib.attention", "lib.blockwise", "lib.kv_cache", "lib.backprop", "lib.tiny", "lib.lists",
-    "lib.torch_bridge",
+    "lib.torch_bridge", "lib.positions",
 )  # fmt: skip
 ALIASES = {"V", "V_"}  # how the modules import lib._validate
 # Functions of lib._validate that are not checks: computations, message text, and the
@@ -196,6 +196,7 @@ MODULE_ROWS = {  # the rows most likely to notice a deletion in each module come
     "lib.tiny": ("tiny.",),
     "lib.lists": ("lists.",),
     "lib.torch_bridge": ("torch_bridge.",),
+    "lib.positions": ("positions.",),
 }  # fmt: skip
 
 

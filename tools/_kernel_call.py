@@ -4,11 +4,11 @@ The grader never lets the student's process judge an answer. It sends this file'
 the kernel with the call to make (an expression naming the student's function, and the
 arguments, pickled: the grader's own data, safe for the kernel to load); the kernel calls the
 function and writes back what it returned (or raised) as plain data only: JSON for the
-structure and NumPy's .npz (loaded without pickle) for arrays. torch tensors and
-``nn.MultiheadAttention`` modules travel as their arrays and settings and are rebuilt by the
-grader. So nothing the submission does in its kernel (replacing ``lib.checks``, patching
-NumPy, ``sys.modules``, ...) runs in the grader's process: the worst it can do is send
-wrong data, which the grader's checks then judge like any other answer.
+structure and NumPy's .npz (loaded without pickle) for arrays. torch tensors,
+``nn.MultiheadAttention`` modules and lib's ``MHAParams`` travel as their arrays and settings
+and are rebuilt by the grader. So nothing the submission does in its kernel (replacing
+``lib.checks``, patching NumPy, ``sys.modules``, ...) runs in the grader's process: the worst
+it can do is send wrong data, which the grader's checks then judge like any other answer.
 
 This file is read as text by tools.grade (it is not imported by the grader); it expects
 ``_user_ns``, ``_args_path`` and ``_result_dir`` as globals.
@@ -85,6 +85,11 @@ def _encode(value, arrays, depth=0):
         }
         state = {k: store(v.detach().cpu().numpy().copy()) for k, v in m.state_dict().items()}
         return {"t": "mha", "config": config, "training": bool(m.training), "state": state}
+    attention = sys.modules.get("lib.attention")
+    if attention is not None and isinstance(value, attention.MHAParams):
+        names = ("W_q", "W_k", "W_v", "W_o", "n_heads", "b_q", "b_k", "b_v", "b_o")
+        fields = {k: _encode(getattr(value, k, None), arrays, depth + 1) for k in names}
+        return {"t": "mhaparams", "v": fields}
     text = ""
     try:
         text = repr(value)[:200]

@@ -15,7 +15,8 @@
    (``tools/colab_run.py`` does this inside the environment). Then it checks that nothing
    that was installed before changed, uninstalls what the set-up cell added, and compares
    every stored output with what ran, as strict nbval would.
-5. Runs one notebook again as Colab saves notebooks (nbformat 4.0, no cell ids), and grades
+5. Checks that a failed exercise check shows as one line under Colab's IPython 7.34.
+6. Runs one notebook again as Colab saves notebooks (nbformat 4.0, no cell ids), and grades
    the result with ``tools.grade`` as an instructor would: every check must pass.
 
 It fails if a cell raises, if the set-up cell changed an installed package, or if a stored
@@ -253,9 +254,11 @@ def main(argv=None) -> int:
     runs = [(str(p), "as stored") for p in notebooks]
     if not args.only or SAVED_BY_COLAB[:2] in args.only:
         runs.append((str(ROOT / "notebooks" / SAVED_BY_COLAB), "as Colab saves it"))
+    shutil.rmtree(BUILD / "executed", ignore_errors=True)
     report_path = BUILD / "report.json"
     command = [str(env_python), str(ROOT / "tools" / "colab_run.py"), "--wheel", str(wheel)]
     command += ["--report", str(report_path), "--out", str(BUILD / "executed")]
+    command += ["--check-display"]
     for path, how in runs:
         command += ["--colab-saved", path] if how == "as Colab saves it" else [path]
     run = subprocess.run(command, cwd=BUILD)

@@ -17,6 +17,9 @@ starts is that environment's. For each notebook it
    the set-up cell, whose output is the install report).
 
 ``--colab-saved`` runs a notebook after saving it as Colab does (nbformat 4.0, no cell ids).
+``--check-display`` also runs a two-cell notebook where an exercise check fails: under
+Colab's IPython the failure must show as one line (``CheckFailed: ...``), while an ordinary
+error keeps its traceback.
 Only the standard library, nbformat and nbclient are used.
 """
 
@@ -26,6 +29,7 @@ import argparse
 import difflib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -154,6 +158,47 @@ def run_one(path: Path, wheel: Path, colab_saved: bool, out_dir: Path | None) ->
     return result
 
 
+DISPLAY_CELLS = (
+    "from lib import checks\n\nchecks.check_softmax(lambda x: x)  # a wrong answer",
+    "1 / 0",
+)
+
+
+def check_display(wheel: Path) -> dict:
+    """How a failed check and an ordinary error look in a Colab-like kernel."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in DISPLAY_CELLS])
+    result = {"notebook": "a failing exercise check (display)", "error": None, "differences": []}
+    before = installed()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)], check=True
+    )
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            client = NotebookClient(
+                nb,
+                timeout=120,
+                kernel_name="python3",
+                allow_errors=True,
+                resources={"metadata": {"path": folder}},
+            )
+            client.execute()
+    finally:
+        added = sorted(set(installed()) - set(before))
+        subprocess.run(
+            [sys.executable, "-m", "pip", "uninstall", "--quiet", "--yes", *added], check=True
+        )
+    errors = [[o for o in c.outputs if o.output_type == "error"] for c in nb.cells]
+    check_tb = errors[0][0].traceback if errors[0] else []
+    other_tb = errors[1][0].traceback if errors[1] else []
+    if len(check_tb) != 1 or "CheckFailed" not in check_tb[0]:
+        result["error"] = f"a failed check showed {len(check_tb)} traceback lines: {check_tb}"
+    elif len(other_tb) < 2:
+        result["error"] = f"an ordinary error lost its traceback: {other_tb}"
+    result["display"] = check_tb[0] if check_tb else ""
+    result["added"], result["changed"] = [], []
+    return result
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
@@ -161,12 +206,25 @@ def main(argv=None) -> int:
     parser.add_argument("--wheel", type=Path, required=True)
     parser.add_argument("--report", type=Path)
     parser.add_argument("--out", type=Path, help="write the executed notebooks here")
+    parser.add_argument("--check-display", action="store_true", help="see the docstring")
     args = parser.parse_args(argv)
     runs = [(p, False) for p in args.notebooks] + [(p, True) for p in args.colab_saved]
     results = []
-    for path, colab_saved in runs:
-        result = run_one(path.resolve(), args.wheel.resolve(), colab_saved, args.out)
+    jobs = [
+        lambda p=p, c=c: run_one(p.resolve(), args.wheel.resolve(), c, args.out) for p, c in runs
+    ]
+    if args.check_display:
+        jobs.append(lambda: check_display(args.wheel.resolve()))
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # ipykernel 6.17's debugger noise
+    for job in jobs:
+        result = job()
         results.append(result)
+        if "display" in result:
+            shown = re.sub(r"\x1b\[[0-9;]*m", "", result["display"])
+            print(f"{result['notebook']}: {'ERROR' if result['error'] else 'one line'}: {shown}")
+            if result["error"]:
+                print(f"    {result['error']}")
+            continue
         status = "ERROR" if result["error"] else "ran"
         print(
             f"{result['notebook']}: {status} in {result.get('seconds', 0):.0f} s; "

@@ -196,6 +196,7 @@ def readme_text(text: str, repo: Repository | None) -> str:
     """The README with the Colab column of its notebook table filled in."""
     lines = text.split("\n")
     out = []
+    in_table = False
     for line in lines:
         row = re.match(r"^\| (\d\d) \| \[[^]]*\]\(notebooks/([^)]+\.ipynb)\) \|", line)
         if row:
@@ -204,8 +205,10 @@ def readme_text(text: str, repo: Repository | None) -> str:
             line = "| " + " | ".join([*cells[:3], colab]) + " |"
         elif line.startswith("| # | notebook |"):
             line = "| # | notebook | what you leave with | Colab |"
-        elif line.startswith("|---|---"):
+            in_table = True
+        elif in_table and line.startswith("|---|---"):
             line = "|---|----------|---------------------|-------|"
+            in_table = False
         out.append(line)
     return "\n".join(out)
 

@@ -14,47 +14,67 @@ One module per notebook (``nb01_lists`` ... ``nb10_scale``), all built on ``_cor
 """
 
 from ._core import CheckFailed
-from .nb01_lists import check_attention_list, check_causal_mask_list, check_softmax_list
-from .nb02_numpy import check_attention, check_padding_mask, check_softmax
+from .nb01_lists import check_attention_list, check_log_softmax_list, check_sliding_window_mask_list
+from .nb02_numpy import check_causal_mask, check_padding_mask, check_softmax
 from .nb03_multi_head import check_merge_heads, check_param_count, check_split_heads
 from .nb04_heads import check_entropy, check_head_similarity, check_previous_token_score
-from .nb05_training import check_adam_step, check_cross_entropy_grad, check_softmax_backward
-from .nb06_pruning import check_ablation_drops, check_gradient_importance, check_spearman
+from .nb05_training import (
+    check_adam_step,
+    check_cross_entropy_grad,
+    check_head_count_sweep,
+    check_smallest_sufficient_heads,
+    check_softmax_backward,
+)
+from .nb06_pruning import (
+    check_ablation_drops,
+    check_gradient_importance,
+    check_head_roles,
+    check_prune_heads,
+    check_spearman,
+)
 from .nb07_pretrained import (
     check_coreference_accuracy,
-    check_find_previous_token_head,
+    check_find_offset_head,
     check_target_score,
 )
-from .nb08_pytorch import check_load_into_torch, check_pack_in_proj, check_torch_attn_mask
+from .nb08_pytorch import check_from_torch, check_torch_attention, check_torch_mask
+from .nb09_positions import check_alibi_bias, check_rope_scores, check_sinusoidal_shift
 from .nb10_scale import check_decode_step, check_gqa_attention, check_online_softmax_update
 
 __all__ = [
     "CheckFailed",
     "check_ablation_drops",
     "check_adam_step",
-    "check_attention",
+    "check_alibi_bias",
     "check_attention_list",
-    "check_causal_mask_list",
+    "check_causal_mask",
     "check_coreference_accuracy",
     "check_cross_entropy_grad",
     "check_decode_step",
     "check_entropy",
-    "check_find_previous_token_head",
+    "check_find_offset_head",
+    "check_from_torch",
     "check_gqa_attention",
     "check_gradient_importance",
+    "check_head_count_sweep",
+    "check_head_roles",
     "check_head_similarity",
-    "check_load_into_torch",
+    "check_log_softmax_list",
     "check_merge_heads",
     "check_online_softmax_update",
-    "check_pack_in_proj",
     "check_padding_mask",
     "check_param_count",
     "check_previous_token_score",
+    "check_prune_heads",
+    "check_rope_scores",
+    "check_sinusoidal_shift",
+    "check_smallest_sufficient_heads",
     "check_softmax",
     "check_softmax_backward",
-    "check_softmax_list",
     "check_spearman",
     "check_split_heads",
     "check_target_score",
-    "check_torch_attn_mask",
+    "check_sliding_window_mask_list",
+    "check_torch_attention",
+    "check_torch_mask",
 ]

@@ -1,6 +1,5 @@
-"""Checks of notebook 01 (attention with lists): softmax of one row, the causal mask, and
-scaled dot-product attention on Python lists. The attention check's mistake table is
-shared with notebook 02's."""
+"""Checks of notebook 01 (attention with lists): the log-softmax of one row, the
+sliding-window causal mask, and scaled dot-product attention on Python lists."""
 
 from __future__ import annotations
 
@@ -13,112 +12,217 @@ from .. import attention as A
 from .. import lists as L
 from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed, same_array
 
-# --------------------------------------------------------------------------- softmax
+NEG_INF = float("-inf")
 
-_SOFTMAX_ROWS = [
+# --------------------------------------------------------------------------- log-softmax
+
+
+def log_softmax_reference(row: list[float]) -> list[float]:
+    """log(softmax(row)) computed without forming the weights: s - max - log(sum exp(s - max)).
+
+    A masked score (-inf) gets -inf (the log of weight 0); a row that is entirely -inf gets
+    -inf everywhere (every weight is 0, notebook 01's convention)."""
+    finite = [s for s in row if s != NEG_INF]
+    if not finite:
+        return [NEG_INF] * len(row)
+    top = max(finite)
+    log_total = math.log(sum(math.exp(s - top) for s in finite))
+    return [s - top - log_total if s != NEG_INF else NEG_INF for s in row]
+
+
+_LOG_ROWS = [
     [1.0, 2.0, 3.0],
-    [0.5, -1.0, 0.0, 2.0],
+    [0.5, -1.0, 0.0, 2.0, -0.25],
     [-3.0, -3.0],
 ]
-_MASKED_ROW = [0.3, float("-inf"), 1.2, float("-inf")]
-_ALL_MASKED_ROW = [float("-inf"), float("-inf"), float("-inf")]
 # Where instability shows: scores near +1000 overflow exp unless the row is shifted; scores
-# near -1000 underflow to 0 (and 0 / 0); a row whose scores are far APART overflows unless
-# the shift is the row's maximum (the minimum, the mean or the first score are not enough).
+# near -1000 underflow to 0, and log(0) fails; a row whose scores are far APART overflows
+# unless the shift is the row's maximum, and has weights that underflow to 0, so the log of
+# the softmax's weights fails (or gives -inf for a score that is not masked).
 _HIGH_ROW = [1000.0, 1001.0, 999.0]
 _LOW_ROW = [-1000.0, -1001.0, -999.0]
-_SPREAD_ROW = [-800.0, 0.0, 800.0, 1.0]
-
-_SHIFT_MESSAGE = (
-    "{name}: scores far apart ({row}) overflow exp although scores near 1000 do not: you "
-    "shifted the row by something other than its largest score (its minimum, mean or first "
-    "score?); subtract the maximum, so that every exponent is at most 0."
-)
+_FAR_ROW = [3.0, -800.0, 804.0, 0.5]
+_MASKED_ROW = [0.3, NEG_INF, 1.2, NEG_INF]
+_ALL_MASKED_ROW = [NEG_INF, NEG_INF, NEG_INF]
 
 
-def check_softmax_list(softmax_fn: Callable[[list[float]], list[float]]) -> None:
-    """Exercise (notebook 01): softmax of one Python list."""
-    name = "softmax"
+def _log_of(weights) -> list[float]:
+    return [math.log(w) if w > 0 else NEG_INF for w in weights]
+
+
+def _shifted_log_softmax(row, shift):
+    finite = [s for s in row if s != NEG_INF]
+    c = shift(finite)
+    log_total = math.log(sum(math.exp(s - c) for s in finite))
+    return [s - c - log_total for s in row]
+
+
+def check_log_softmax_list(log_softmax_fn: Callable[[list[float]], list[float]]) -> None:
+    """Exercise (notebook 01): the log of the softmax weights of one Python list, computed
+    stably (the log-sum-exp trick), masks included."""
+    name = "log_softmax_row"
 
     def run(row, hints=()):
-        got = as_array(call(softmax_fn, name, list(row), hints=hints), name)
-        expect_shape(got, (len(row),), name, f"a list of {len(row)} weights")
+        got = as_array(call(log_softmax_fn, name, list(row), hints=hints), name)
+        expect_shape(got, (len(row),), name, f"a list of {len(row)} log-weights")
         return got
 
-    for row in _SOFTMAX_ROWS:
+    for row in _LOG_ROWS:
         got = run(row)
-        if close(got, L.softmax(row)):
+        if close(got, log_softmax_reference(row)):
             continue
+        top = max(row)
+        total_exp = sum(math.exp(x - top) for x in row)
+        right = log_softmax_reference(row)
         diagnose(
             got,
             [
-                (np.asarray(row) / np.sum(row), f"{name}: exponentiate each score first."),
-                (np.exp(row), f"{name}: divide every exp by the row's total, so they sum to 1."),
+                (
+                    L.softmax(row),
+                    f"{name}: you returned the weights themselves; return their logarithms "
+                    "(each one is at most 0).",
+                ),
+                (
+                    [s - top for s in row],
+                    f"{name}: you subtracted the largest score but not the log of the sum of "
+                    "the exps, so exp of your values does not sum to 1.",
+                ),
+                (
+                    [s - top - total_exp for s in row],
+                    f"{name}: subtract the log of the sum of the exps, not the sum itself.",
+                ),
+                (
+                    [-x for x in right],
+                    f"{name}: the sign is flipped: a log-weight is log(weight) <= 0, i.e. "
+                    "score minus the log of the sum of the exps.",
+                ),
             ],
         )
-        if not math.isclose(float(got.sum()), 1.0, rel_tol=1e-9):
-            raise CheckFailed(f"{name}: the weights should sum to 1, yours sum to {got.sum():.4g}.")
+        total = float(np.exp(got).sum())
+        if not math.isclose(total, 1.0, rel_tol=1e-9):
+            raise CheckFailed(
+                f"{name}: exp of your log-weights should sum to 1, yours sum to {total:.4g}."
+            )
         raise CheckFailed(f"{name}: wrong values for input {row}.")
 
     overflow = (
         f"{name}: exp overflowed on scores near 1000 ({_HIGH_ROW}); subtract the row's "
-        "largest score before exponentiating."
+        "largest score m before exponentiating, and add it back: log(sum exp(s)) = "
+        "m + log(sum exp(s - m))."
     )
     got = run(_HIGH_ROW, hints=[(OverflowError, overflow)])
-    if not close(got, L.softmax(_HIGH_ROW)):
+    if not close(got, log_softmax_reference(_HIGH_ROW)):
         raise CheckFailed(overflow)
     underflow = (
-        f"{name}: scores near -1000 ({_LOW_ROW}) underflow: every exp is 0 and the total too; "
-        "subtract the row's largest score before exponentiating."
+        f"{name}: scores near -1000 ({_LOW_ROW}) underflow: every exp is 0, so is their "
+        "total, and log(0) fails; subtract the row's largest score before exponentiating."
     )
-    got = run(_LOW_ROW, hints=[(ZeroDivisionError, underflow)])
-    if not close(got, L.softmax(_LOW_ROW)):
+    got = run(_LOW_ROW, hints=[(ArithmeticError, underflow), (ValueError, underflow)])
+    if not close(got, log_softmax_reference(_LOW_ROW)):
         raise CheckFailed(underflow)
-    spread = _SHIFT_MESSAGE.format(name=name, row=_SPREAD_ROW)
-    got = run(_SPREAD_ROW, hints=[(OverflowError, spread), (ZeroDivisionError, spread)])
-    if not close(got, L.softmax(_SPREAD_ROW)):
-        raise CheckFailed(spread)
 
-    got = run(_MASKED_ROW)
-    if not close(got, L.softmax(_MASKED_ROW)):
-        raise CheckFailed(
-            f"{name}: entries that are -inf (masked keys) must get weight exactly 0 "
-            "and the rest must still sum to 1."
+    shift = (
+        f"{name}: scores far apart ({_FAR_ROW}) overflow exp although scores near 1000 do "
+        "not: you shifted the row by something other than its largest score (its minimum, "
+        "mean or first score?); subtract the maximum, so that every exponent is at most 0."
+    )
+    tiny = (
+        f"{name}: on scores far apart ({_FAR_ROW}) three of the four weights are below "
+        "exp(-800), which is 0.0 in floating point"
+    )
+    direct = (
+        "compute the log-weights directly, score - m - log(sum exp(s - m)), without forming "
+        "the weights."
+    )
+    log_of_zero = f"{tiny}, and you took the log of 0.0, which fails: {direct}"
+    log_guarded = (
+        f"{tiny}, and you gave them log-weight -inf, as if they were masked (they are not): "
+        f"{direct}"
+    )
+    got = run(_FAR_ROW, hints=[(OverflowError, shift), (ValueError, log_of_zero)])
+    expected = log_softmax_reference(_FAR_ROW)
+    if not close(got, expected):
+        diagnose(
+            got,
+            [
+                (_log_of(L.softmax(_FAR_ROW)), log_guarded),
+                (lambda: _shifted_log_softmax(_FAR_ROW, min), shift),
+            ],
         )
+        if not np.isfinite(got).all():
+            raise CheckFailed(
+                f"{name}: scores far apart ({_FAR_ROW}) gave {got.tolist()}: no score there "
+                "is masked, so every log-weight must be a finite number."
+            )
+        raise CheckFailed(f"{name}: wrong values for scores far apart ({_FAR_ROW}).")
+
+    masked = (
+        f"{name}: a masked key (score -inf) has weight 0, so its log-weight is -inf; the "
+        "others must be the log-softmax of the unmasked scores alone."
+    )
+    got = run(_MASKED_ROW, hints=[(ArithmeticError, masked), (ValueError, masked)])
+    if not close(got, log_softmax_reference(_MASKED_ROW)):
+        diagnose(
+            got,
+            [
+                (
+                    [
+                        0.0 if s == NEG_INF else v
+                        for s, v in zip(
+                            _MASKED_ROW, log_softmax_reference(_MASKED_ROW), strict=True
+                        )
+                    ],
+                    f"{name}: a masked key has weight 0, and log(0) is -inf: you gave it 0, "
+                    "which is the log-weight of a key that takes all the weight.",
+                ),
+            ],
+        )
+        raise CheckFailed(masked)
+
     all_masked = (
-        f"{name}: a row where every score is -inf (nothing to attend to) must return all "
-        "zeros, not raise an error."
+        f"{name}: a row where every score is -inf (nothing to attend to) has every weight 0, "
+        "so every log-weight is -inf; return that, without an error"
     )
-    got = run(_ALL_MASKED_ROW, hints=[(ArithmeticError, all_masked), (ValueError, all_masked)])
-    if not close(got, np.zeros(len(_ALL_MASKED_ROW))):
-        raise CheckFailed(
-            f"{name}: a row where every score is -inf (nothing to attend to) must "
-            f"return all zeros, you returned {got.tolist()}."
-        )
-    passed(
-        "softmax: sums to 1, survives scores near 1000, gives masked keys 0 and an "
-        "all-masked row zeros."
+    got = run(
+        _ALL_MASKED_ROW,
+        hints=[(ArithmeticError, all_masked + "."), (ValueError, all_masked + ".")],
     )
+    if not close(got, log_softmax_reference(_ALL_MASKED_ROW)):
+        raise CheckFailed(f"{all_masked}; you returned {got.tolist()}.")
+    passed("log_softmax_row: exp sums to 1; stable near ±1000 and far apart; masked keys -inf.")
 
 
-# --------------------------------------------------------------------------- causal mask
+# --------------------------------------------------------------------------- sliding window
 
 
-def check_causal_mask_list(causal_mask_fn: Callable[[int], list[list[bool]]]) -> None:
-    """Exercise (notebook 01): the causal mask as a list of lists of booleans."""
-    name = "causal_mask"
-    for n in (6, 4, 1):  # largest first: n = 1 cannot tell mistakes apart
-        got = call(causal_mask_fn, name, n)
+def window_mask_reference(n: int, window: int) -> list[list[bool]]:
+    """n x n booleans: query i may attend to keys i - window + 1 .. i (those that exist)."""
+    return [[i - window < j <= i for j in range(n)] for i in range(n)]
+
+
+def _band(n, low, high):
+    """Entry (i, j) True where i + low <= j <= i + high."""
+    i, j = np.indices((n, n))
+    return (j >= i + low) & (j <= i + high)
+
+
+def check_sliding_window_mask_list(window_mask_fn: Callable[[int, int], list[list[bool]]]) -> None:
+    """Exercise (notebook 01): the sliding-window causal mask as a list of lists of booleans."""
+    name = "sliding_window_mask"
+    # Largest first: small cases cannot tell mistakes apart. (4, 6): a window longer than
+    # the sentence is the plain causal mask; (5, 1): each token sees only itself.
+    for n, window in ((7, 3), (6, 2), (4, 6), (5, 1)):
+        got = call(window_mask_fn, name, n, window)
         try:
             arr = np.asarray(got)
         except ValueError:
             lengths = [len(row) if hasattr(row, "__len__") else None for row in got]
             raise CheckFailed(
-                f"{name}({n}) should return {n} rows of {n} entries each, True or False; "
-                f"your rows have lengths {lengths}."
+                f"{name}({n}, {window}) should return {n} rows of {n} entries each, True or "
+                f"False; your rows have lengths {lengths}."
             ) from None
         expect_shape(arr, (n, n), name, f"a {n} x {n} mask")
-        expected = np.asarray(L.causal_mask(n))
+        expected = np.asarray(window_mask_reference(n, window))
         if arr.dtype != bool:
             if arr.dtype.kind in "iuf" and np.array_equal(arr, expected):
                 raise CheckFailed(
@@ -130,37 +234,54 @@ def check_causal_mask_list(causal_mask_fn: Callable[[int], list[list[bool]]]) ->
             )
         if np.array_equal(arr, expected):
             continue
+        where = f"{name}({n}, window={window})"
         diagnose(
             arr,
             [
                 (
-                    expected & ~np.eye(n, dtype=bool),
-                    f"{name}: the diagonal is False, so a token cannot attend to itself; "
-                    "query i may attend to keys 0..i inclusive.",
+                    np.tri(n, dtype=bool),
+                    f"{where}: that is the plain causal mask; the window must also hide keys "
+                    f"more than window - 1 positions back: query i sees keys i - window + 1 .. i.",
+                ),
+                (
+                    _band(n, -window, 0),
+                    f"{where}: off by one: query i sees window + 1 keys; it should see "
+                    "exactly window of them, itself included.",
+                ),
+                (
+                    _band(n, -window + 2, 0),
+                    f"{where}: off by one: query i sees only window - 1 keys; it should see "
+                    "window of them, itself included.",
+                ),
+                (
+                    _band(n, -window, -1),
+                    f"{where}: query i cannot attend to itself; the window of window keys "
+                    "ends with key i.",
+                ),
+                (
+                    _band(n, -window + 1, window - 1),
+                    f"{where}: your window reaches into the future: query i may see keys "
+                    "before it, never keys after it.",
+                ),
+                (
+                    _band(n, 0, window - 1),
+                    f"{where}: your mask is transposed: rows are queries, columns keys, and "
+                    "query i sees the keys before it.",
                 ),
                 (
                     ~expected,
-                    f"{name}: your mask is the wrong way round: True must mean 'query i "
-                    "may attend to key j', which holds for keys at or before i.",
-                ),
-                (
-                    expected.T,
-                    f"{name}: your mask lets query i see the keys after it; it must see "
-                    "keys 0..i and hide the future.",
-                ),
-                (
-                    np.tri(n, k=1, dtype=bool),
-                    f"{name}: off by one: query i can see key i+1; it may attend to keys 0..i "
-                    "only.",
+                    f"{where}: your mask is the wrong way round: True must mean 'query i may "
+                    "attend to key j'.",
                 ),
             ],
             same=same_array,
         )
+        row = int(np.argwhere(arr != expected)[0][0])
         raise CheckFailed(
-            f"{name}({n}) is wrong at row {int(np.argwhere(arr != expected)[0][0])}: "
-            "query i may attend to keys 0..i and to nothing after."
+            f"{where} is wrong at row {row}: query i may attend to keys i - window + 1 .. i "
+            "(those that exist) and to nothing else."
         )
-    passed("causal_mask: query i attends to keys 0..i, for n = 6, 4 and 1.")
+    passed("sliding_window_mask: query i sees keys i-window+1 .. i, windows shorter and longer.")
 
 
 # --------------------------------------------------------------------------- attention
@@ -174,7 +295,7 @@ def _finish(scores, v, mask, axis=-1):
     return w @ v, w
 
 
-def attention_mistakes(q, k, v, mask, use_lists: bool) -> list[tuple[object, str]]:
+def attention_mistakes(q, k, v, mask) -> list[tuple[object, str]]:
     """The mistake table of attention: what each classic wrong version returns on these
     inputs, as (output, weights), with the sentence that names it."""
     d_k = q.shape[-1]
@@ -239,19 +360,6 @@ def attention_mistakes(q, k, v, mask, use_lists: bool) -> list[tuple[object, str
             "to 1); take it over the keys, the last axis, so each query's row sums to 1.",
         )
     )
-    if not use_lists and q.ndim == 3:
-
-        def k_dot_t():
-            w = A._softmax_inplace(np.matmul(q, np.transpose(k)) / math.sqrt(d_k))
-            return w @ v, w
-
-        found.append(
-            (
-                k_dot_t,
-                "k.T reverses every axis of a batched array; swap only the "
-                "last two: np.swapaxes(k, -1, -2).",
-            )
-        )
     return found
 
 
@@ -270,7 +378,7 @@ def _same_weights(got_w, wrong) -> bool:
     return bool(rest_ok and np.allclose(got_w[finite], wrong_w[finite], rtol=1e-7, atol=1e-7))
 
 
-def check_attention_result(result, q, k, v, mask, name, use_lists):
+def check_attention_result(result, q, k, v, mask, name):
     """Judge one (output, weights) answer of attention against lib's and the mistake table."""
     if not (isinstance(result, tuple | list) and len(result) == 2):
         raise CheckFailed(
@@ -286,14 +394,18 @@ def check_attention_result(result, q, k, v, mask, name, use_lists):
             "(output, weights)."
         )
     expect_shape(weights, shape_w, name, "weights (..., n_q, n_k)")
+    if out.shape != shape_o and out.shape == q.shape[:-1] + (k.shape[-1],):
+        with np.errstate(all="ignore"):
+            if close(out, weights @ k):
+                raise CheckFailed(
+                    f"{name}: your output is weights @ k (its width is d_k = {k.shape[-1]}, "
+                    f"not d_v = {v.shape[-1]}); it is weights @ v."
+                )
     expect_shape(out, shape_o, name, "an output (..., n_q, d_v)")
     exp_out, exp_w = A.scaled_dot_product_attention(q, k, v, mask)
     if close(weights, exp_w) and close(out, exp_out):
         return
-    table = [
-        (wrong, f"{name}: {message}")
-        for wrong, message in attention_mistakes(q, k, v, mask, use_lists)
-    ]
+    table = [(wrong, f"{name}: {message}") for wrong, message in attention_mistakes(q, k, v, mask)]
     diagnose(weights, table, same=_same_weights)
     if close(weights, exp_w):
         raise CheckFailed(
@@ -342,8 +454,5 @@ def check_attention_list(attention_fn: Callable) -> None:
                 )
             )
         result = call(attention_fn, name, *args, hints=hints)
-        check_attention_result(result, q, k, v, mask, name, use_lists=True)
-    passed(
-        "attention: scaled by 1/sqrt(d_k), softmax over the keys, mask applied as True = "
-        "may attend; output = weights @ V."
-    )
+        check_attention_result(result, q, k, v, mask, name)
+    passed("attention: scores / sqrt(d_k), softmax over the keys, True = may attend, weights @ V.")

@@ -1,5 +1,5 @@
-"""Checks of notebook 02 (attention with NumPy): the vectorised stable softmax, batched
-scaled dot-product attention, and the padding mask."""
+"""Checks of notebook 02 (attention with NumPy): the vectorised stable softmax, the causal
+mask of queries that come after cached keys (n_q <= n_k), and the padding mask."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from ._core import (
     same_array,
     same_unstable,
 )
-from .nb01_lists import check_attention_result
 
 
 def _exp_normalise(shifted):
@@ -148,49 +147,88 @@ def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
             f"{name}: a row that is entirely -inf must give zeros, not "
             f"{np.round(got[1], 4).tolist()}; guard the all-masked case."
         )
-    passed(
-        "softmax: rows sum to 1, stable for large and far-apart scores, masked entries 0, "
-        "all-masked rows 0."
-    )
+    passed("softmax: rows sum to 1, stable far apart, -inf gives 0 and an all -inf row zeros.")
 
 
-def check_attention(attention_fn: Callable) -> None:
-    """Exercise (notebook 02): attention(q, k, v, mask=None) on NumPy arrays, batched."""
-    name = "scaled_dot_product_attention"
-    rng = np.random.default_rng(2)
-    cases = [
-        ((5,), 5, 5, 4, 4, False),
-        ((2,), 4, 6, 3, 2, True),
-        ((2, 3), 4, 4, 8, 5, True),
-    ]
-    for lead, n_q, n_k, d_k, d_v, masked in cases:
-        q = rng.normal(size=lead + (n_q, d_k))
-        k = rng.normal(size=lead + (n_k, d_k))
-        v = rng.normal(size=lead + (n_k, d_v))
-        mask = A.causal_mask(n_q, n_k) if masked else None
-        result = call(
-            attention_fn,
-            name,
-            q,
-            k,
-            v,
-            mask,
-            hints=[
-                (
-                    ValueError,
-                    lambda exc, q=q, k=k: (
-                        f"{name} raised ValueError ({exc}) for q {q.shape}, "
-                        f"k {k.shape}: if it comes from transposing k, note that k.T reverses "
-                        "every axis of a batched array; transpose only the last two axes of k."
-                    ),
+def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
+    """Exercise (notebook 02): the (n_q, n_k) causal mask of n_q new queries that come after
+    n_k - n_q earlier (cached) keys."""
+    name = "causal_mask"
+    # The first case tells the mistakes apart; (4, 4) is the square mask; (1, 6) is one new
+    # token after five cached ones (it sees everything); (6, 7): one cached key.
+    for n_q, n_k in ((3, 7), (4, 4), (1, 6), (6, 7)):
+        where = f"{name}({n_q}, {n_k})"
+        got = call(causal_mask_fn, name, n_q, n_k)
+        try:
+            arr = np.asarray(got)
+        except ValueError:
+            raise CheckFailed(
+                f"{where}: expected one row of {n_k} booleans per query, shape ({n_q}, {n_k}); "
+                "yours cannot be read as a rectangular array."
+            ) from None
+        expected = A.causal_mask(n_q, n_k)
+        if arr.shape == (n_k, n_q) and n_q != n_k:
+            raise CheckFailed(
+                f"{where}: expected shape (n_q, n_k) = ({n_q}, {n_k}), one row per query; "
+                f"got {arr.shape}, one row per key."
+            )
+        expect_shape(arr, (n_q, n_k), name, "a mask (n_q, n_k)")
+        if arr.dtype != bool:
+            if arr.dtype.kind in "iuf" and np.array_equal(arr, expected):
+                raise CheckFailed(
+                    f"{where}: the right entries, but as {arr.dtype} numbers: use booleans "
+                    "(True = may attend)."
                 )
+            raise CheckFailed(f"{where}: use booleans (True = may attend), got {arr.dtype}.")
+        if np.array_equal(arr, expected):
+            continue
+        offset = n_k - n_q
+        new_keys = np.zeros((n_q, n_k), dtype=bool)
+        new_keys[:, offset:] = np.tri(n_q, dtype=bool)
+        diagnose(
+            arr,
+            [
+                (
+                    np.tri(n_q, n_k, dtype=bool),
+                    f"{where}: you lined query i up with key i (the first keys), as a square "
+                    "mask would; the queries are the LAST n_q positions, so query i sits at "
+                    "position n_k - n_q + i and sees every key up to that one.",
+                ),
+                (
+                    new_keys,
+                    f"{where}: your queries cannot see the cached keys 0..n_k - n_q - 1; those "
+                    "come before every query, so every query may attend to them.",
+                ),
+                (
+                    np.tri(n_q, n_k, k=offset + 1, dtype=bool),
+                    f"{where}: off by one: query i sees the key after its own position "
+                    "n_k - n_q + i.",
+                ),
+                (
+                    np.tri(n_q, n_k, k=offset - 1, dtype=bool),
+                    f"{where}: off by one: query i cannot see its own position n_k - n_q + i "
+                    "(itself).",
+                ),
+                (
+                    np.tri(n_q, n_k, k=-offset, dtype=bool),
+                    f"{where}: you shifted the diagonal the wrong way: the queries come "
+                    "after the cached keys, so each sees n_k - n_q keys MORE than in a square "
+                    "mask, not fewer.",
+                ),
+                (
+                    ~expected,
+                    f"{where}: your mask is the wrong way round: True must mean 'query i may "
+                    "attend to key j'.",
+                ),
             ],
+            same=same_array,
         )
-        check_attention_result(result, q, k, v, mask, name, use_lists=False)
-    passed(
-        "scaled_dot_product_attention: right for batched inputs, n_q != n_k, with and "
-        "without a causal mask."
-    )
+        row = int(np.argwhere(arr != expected)[0][0])
+        raise CheckFailed(
+            f"{where} is wrong in row {row}: query i sits at position n_k - n_q + i and may "
+            "attend to keys 0 .. n_k - n_q + i."
+        )
+    passed("causal_mask: query i (position n_k - n_q + i) sees keys 0 .. n_k - n_q + i.")
 
 
 def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarray]) -> None:

@@ -1,8 +1,10 @@
 """Checks of notebook 05 (training heads): the softmax backward pass, the gradient of the
-cross-entropy, and one Adam step."""
+cross-entropy, one Adam step, the head-count sweep (the syllabus's experiment E12.2) run by its
+protocol, and reading the sweep's results."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -332,3 +334,379 @@ def check_adam_step(adam_step_fn: Callable) -> None:
         )
         raise CheckFailed(f"{name}: the new param is wrong {at}.")
     passed("adam_step: running averages of g and g^2, bias-corrected, three steps match.")
+
+
+# --------------------------------------------------------------------------- the sweep (E12.2)
+
+
+def _sweep_model(vocab: int, n: int, d_model: int, n_slots: int, n_heads: int, rng):
+    """The model of a sweep run (module level, so that the grader can send it to a kernel)."""
+    from ..tiny import init_tiny_model
+
+    return init_tiny_model(vocab, n, d_model, n_heads, vocab, rng, n_slots=n_slots)
+
+
+def _sweep_batch(n_seqs: int, n: int, vocab: int, offsets: tuple[int, ...], rng):
+    from ..tiny import copy_offsets_task
+
+    return copy_offsets_task(n_seqs, n, vocab, offsets, rng)
+
+
+# (vocab, n, d_model, offsets, head_counts, seeds, budget, target, eval_every): small sweeps
+# with runs that reach the target early and runs that never do, on two shapes.
+_SWEEPS = (
+    (4, 6, 8, (1, 2), (1, 2), (0, 1), 100, 0.9, 10),
+    (5, 8, 12, (1, 3), (1, 3), (3, 4), 90, 0.9, 15),
+)
+
+
+@functools.cache
+def _sweep_eval(config: int, corrupt: bool = False):
+    """The held-out data of a check sweep; ``corrupt``: every scored target moved to another
+    class, so a run measured on these sequences can get almost nothing right."""
+    from ..tiny import copy_offsets_task
+
+    vocab, n, _, offsets = _SWEEPS[config][:4]
+    ids, targets = copy_offsets_task(48, n, vocab, offsets, np.random.default_rng(90 + config))
+    if corrupt:
+        targets = np.where(targets >= 0, (targets + 1) % vocab, targets)
+    ids.flags.writeable = targets.flags.writeable = False
+    return ids, targets
+
+
+def _sweep_args(config: int, corrupt: bool = False):
+    vocab, n, d_model, offsets, head_counts, seeds, budget, target, every = _SWEEPS[config]
+    make_model = functools.partial(_sweep_model, vocab, n, d_model, len(offsets))
+    make_batch = functools.partial(_sweep_batch, 16, n, vocab, offsets)
+    ids, targets = _sweep_eval(config, corrupt)
+    data = (ids.copy(), targets.copy())
+    return make_model, make_batch, data, list(head_counts), list(seeds), budget, target, every
+
+
+@functools.cache
+def _sweep(config: int, variant: str = "") -> dict:
+    """The sweep of check config ``config`` as the protocol runs it (variant ""), or as one
+    realistic variant or mistake runs it: {(h, seed): (accuracy, steps, entropy)}."""
+    from .. import heads as H
+    from ..tiny import train
+
+    make_model, make_batch, eval_data, head_counts, seeds, budget, target, every = _sweep_args(
+        config
+    )
+    mask = A.causal_mask(eval_data[0].shape[1])
+    one = np.random.default_rng(seeds[0])  # "one generator": made once, before the loops
+    per_seed = {s: np.random.default_rng(s) for s in seeds}  # "one generator per seed"
+    runs = {}
+    for h in head_counts:
+        for seed in seeds:
+            rng = {"one generator": one, "per seed": per_seed.get(seed)}.get(variant)
+            rng = np.random.default_rng(seed) if rng is None else rng
+            model = make_model(h, rng)
+            train_rng = np.random.default_rng(seed) if variant == "two generators" else rng
+            data = make_batch(train_rng) if variant == "training batch" else eval_data
+            stop = None if variant == "no early stop" else target
+            log = train(model, make_batch, data, budget, train_rng, eval_every=every, stop_at=stop)
+            weights = model.forward(data[0])[1]
+            if variant == "entropy in nats":
+                entropy = H.head_entropy(weights)
+            else:
+                entropy = H.head_entropy_normalised(weights, mask)
+            steps = log.steps[-1] if variant == "last step" else log.steps_to(target)
+            runs[h, seed] = (log.accuracy[-1], steps, entropy)
+    return runs
+
+
+def _read_sweep(got, name: str, head_counts, seeds) -> dict:
+    """The answer as {(h, seed): (accuracy, steps, entropy)}, or a sentence saying what in
+    its structure is not as asked."""
+    keys = {(h, s) for h in head_counts for s in seeds}
+    if not isinstance(got, dict):
+        raise CheckFailed(
+            f"{name} should return a dict with one entry per (h, seed) pair, got "
+            f"{type(got).__name__}."
+        )
+    found = set(got)
+    if found != keys:
+        if found == {(s, h) for h, s in keys} and len(set(head_counts) | set(seeds)) > 1:
+            raise CheckFailed(f"{name}: key each run by (h, seed), in that order.")
+        missing = sorted(keys - found, key=str)
+        if missing:
+            raise CheckFailed(
+                f"{name}: no entry for (h, seed) = {missing[0]}; the keys should be every "
+                f"(h, seed) pair of head_counts {list(head_counts)} and seeds {list(seeds)}."
+            )
+        raise CheckFailed(
+            f"{name}: unexpected key {sorted(found - keys, key=str)[0]!r}; the keys should be "
+            f"the (h, seed) pairs of head_counts {list(head_counts)} and seeds {list(seeds)}."
+        )
+    runs = {}
+    for (h, s), run in got.items():
+        where = f"the run (h, seed) = ({h}, {s})"
+        if not isinstance(run, dict) or not {"accuracy", "steps", "entropy"} <= set(run):
+            raise CheckFailed(
+                f"{name}: {where} should be a dict with the keys 'accuracy', 'steps' and 'entropy'."
+            )
+        try:
+            accuracy = float(run["accuracy"])
+        except (TypeError, ValueError):
+            raise CheckFailed(f"{name}: {where} has an accuracy that is not a number.") from None
+        steps = _as_steps(run["steps"])
+        if steps is False:
+            raise CheckFailed(
+                f"{name}: {where}: 'steps' should be the step count at which the held-out "
+                f"accuracy first reached the target, or None; got {run['steps']!r}."
+            )
+        entropy = as_array(run["entropy"], name, f"the entropy of {where}")
+        expect_shape(entropy, (h,), name, f"one entropy per head for {where}")
+        runs[h, s] = (accuracy, steps, entropy)
+    return runs
+
+
+def _as_steps(steps):
+    """A step count (an int), None, or False when it is neither."""
+    if steps is None:
+        return None
+    try:
+        value = float(steps)
+    except (TypeError, ValueError):
+        return False
+    return int(value) if value.is_integer() and not isinstance(steps, bool) else False
+
+
+def _same_run(a, b, tol: float = 1e-9) -> bool:
+    (acc, steps, ent), (acc_b, steps_b, ent_b) = a, b
+    return abs(acc - acc_b) <= tol and steps == steps_b and close(ent, ent_b, tol)
+
+
+def _same_runs(a, b) -> bool:
+    if not isinstance(a, dict) or not isinstance(b, dict) or set(a) != set(b):
+        return False
+    return all(_same_run(run, b[key]) for key, run in a.items())
+
+
+_SWEEP_MISTAKES = (
+    (
+        "training batch",
+        "you measured accuracy on a training batch; measure it on eval_data, the held-out "
+        "sequences the model never trains on.",
+    ),
+    (
+        "one generator",
+        "one generator serves every run, so each run starts where the previous one left "
+        "off; make a new np.random.default_rng(seed) for each (h, seed).",
+    ),
+    (
+        "per seed",
+        "each seed's generator carries on from one head count to the next, so only the first "
+        "head count starts from the seed; make a new np.random.default_rng(seed) for every run.",
+    ),
+    (
+        "no early stop",
+        "your runs carry on after reaching the target; stop a run once its held-out accuracy "
+        "reaches it (lib.tiny.train's stop_at).",
+    ),
+    (
+        "last step",
+        "'steps' is the last step trained even for runs that never reached the target; it "
+        "should be the first evaluated step at which the target was reached, or None.",
+    ),
+    (
+        "entropy in nats",
+        "your entropies are in nats; normalise each query's entropy by the log of the number "
+        "of keys it may see (H.head_entropy_normalised), so that 1 means uniform.",
+    ),
+)
+
+
+def check_head_count_sweep(sweep_fn: Callable) -> None:
+    """Exercise (notebook 05): the head-count sweep (E12.2), run by the protocol.
+
+    ``sweep_fn(make_model, make_batch, eval_data, head_counts, seeds, budget, target,
+    eval_every) -> {(h, seed): {"accuracy", "steps", "entropy"}}``. Runs two small sweeps and
+    compares with :func:`lib.heads.head_count_sweep` run by the same protocol (model and
+    batches from one ``np.random.default_rng(seed)`` per run; two generators seeded alike are
+    accepted). When they differ it names the mistake, or tests the protocol's rules one by one
+    (the same seeds give the same runs, different seeds different ones, accuracy measured on
+    the held-out data, ``steps`` consistent with the accuracy, entropies normalised).
+    """
+    name = "head_count_sweep"
+    for config in range(len(_SWEEPS)):
+        args = _sweep_args(config)
+        head_counts, seeds, target = args[3], args[4], args[6]
+        got = call(sweep_fn, name, *args)
+        runs = _read_sweep(got, name, head_counts, seeds)
+        if _same_runs(runs, _sweep(config)) or _same_runs(runs, _sweep(config, "two generators")):
+            continue
+        diagnose(
+            runs,
+            [(lambda v=v: _sweep(config, v), f"{name}: {m}") for v, m in _SWEEP_MISTAKES],
+            same=_same_runs,
+        )
+        _protocol_rules(sweep_fn, name, config, runs, head_counts, seeds, target)
+        raise CheckFailed(
+            f"{name}: your runs keep the protocol's rules but draw other random numbers; "
+            "use one generator per run, np.random.default_rng(seed), first for make_model(h, "
+            "rng), then for training (lib.tiny.train with that rng)."
+        )
+    passed("head_count_sweep: seeded runs, held-out accuracy, early stop, normalised entropy.")
+
+
+def _protocol_rules(sweep_fn, name, config, runs, head_counts, seeds, target) -> None:
+    """Raise the first rule of the protocol that ``runs`` break (see check_head_count_sweep)."""
+    for (h, s), (acc, steps, ent) in runs.items():
+        where = f"(h, seed) = ({h}, {s})"
+        if not 0 <= acc <= 1:
+            raise CheckFailed(f"{name}: the accuracy of {where} is {acc:.3g}, not in [0, 1].")
+        if steps is not None and acc < target:
+            raise CheckFailed(
+                f"{name}: {where} has steps = {steps} but ends at accuracy {acc:.3f}, below the "
+                "target; stop a run once it reaches the target (lib.tiny.train's stop_at)."
+            )
+        if steps is None and acc >= target:
+            raise CheckFailed(
+                f"{name}: {where} ends at accuracy {acc:.3f}, at or above the target, but its "
+                "'steps' is None; give the first evaluated step that reached the target."
+            )
+        if not np.all((ent >= -1e-12) & (ent <= 1 + 1e-12)):
+            raise CheckFailed(
+                f"{name}: the entropies of {where} are not all in [0, 1]; normalise each "
+                "query's entropy by the log of the number of keys it may see."
+            )
+    again = _read_sweep(call(sweep_fn, name, *_sweep_args(config)), name, head_counts, seeds)
+    if not _same_runs(runs, again):
+        raise CheckFailed(
+            f"{name}: run twice with the same seeds, your sweep gives other numbers; draw "
+            "every run's random numbers from np.random.default_rng(seed)."
+        )
+    if len(seeds) > 1:
+        for h in head_counts:
+            if all(_same_run(runs[h, seeds[0]], runs[h, s]) for s in seeds[1:]):
+                raise CheckFailed(
+                    f"{name}: with {h} head(s) every seed gave the same run; build each run's "
+                    "generator from its own seed."
+                )
+    corrupt = _read_sweep(
+        call(sweep_fn, name, *_sweep_args(config, corrupt=True)), name, head_counts, seeds
+    )
+    # Every scored target of those sequences was changed, so a run measured on them gets
+    # almost nothing right (a position needs every slot's changed answer).
+    if max(acc for acc, _, _ in corrupt.values()) > 0.25:
+        raise CheckFailed(
+            f"{name}: your accuracies do not come from eval_data (with its targets all "
+            "changed, your runs still scored well); measure each run on eval_data, which the "
+            "model never trains on."
+        )
+
+
+# --------------------------------------------------------------------------- reading the sweep
+
+
+def _table(target: float, order, runs: dict) -> tuple[dict, float]:
+    """A sweep's results as ``head_count_sweep`` returns them, from {h: [accuracy, ...]}
+    (one per seed), in the dict order ``order``; a run reached the target when its accuracy
+    is at least the target (it then stopped there)."""
+    results = {}
+    for h in order:
+        for seed, acc in enumerate(runs[h]):
+            steps = 20 * (seed + 3) if acc >= target else None
+            results[h, seed] = {"accuracy": acc, "steps": steps, "entropy": np.full(h, 0.5)}
+    return results, target
+
+
+def _sufficient_tables():
+    """Sweeps whose right reading differs from each wrong one, on different head counts."""
+    yield _table(
+        0.99,
+        (2, 8, 1, 16, 4),
+        {
+            1: [0.01, 0.02, 0.01],
+            2: [0.995, 0.82, 0.39],  # one seed reached it
+            4: [0.993, 0.986, 0.987],  # two seeds are below 0.99 but print as 0.99
+            8: [1.0, 0.99, 0.997],  # all reached, one of them exactly at the target
+            16: [0.991, 0.995, 1.0],
+        },
+    )
+    yield _table(0.9, (6, 3, 2), {2: [0.95, 0.6, 0.92], 3: [0.93, 1.0, 0.91], 6: [1.0, 1.0, 0.97]})
+    yield _table(0.95, (1, 4), {1: [0.3, 0.2], 4: [0.97, 0.5]})
+
+
+def _smallest(results, target, reached=None, per_h=min, pick=min):
+    """The smallest head count whose runs all reached the target (the worst seed's accuracy
+    is at least the target), or a mistaken variant of that reading."""
+    reached = reached or (lambda acc: acc >= target)
+    by_h = {}
+    for (h, _), run in results.items():
+        by_h.setdefault(h, []).append(run["accuracy"])
+    ok = [h for h, accs in by_h.items() if reached(per_h(accs))]
+    return pick(ok) if ok else None
+
+
+def check_smallest_sufficient_heads(smallest_fn: Callable) -> None:
+    """Exercise (notebook 05): the smallest head count with which every seed reached the
+    target, from a sweep's results (``head_count_sweep``'s dict); None when there is none."""
+    name = "smallest_sufficient_heads"
+    for results, target in _sufficient_tables():
+        got = call(smallest_fn, name, {k: dict(v) for k, v in results.items()}, target)
+        expected = _smallest(results, target)
+        if got is None and expected is None:
+            continue
+        if got is not None and (
+            isinstance(got, bool) or not isinstance(got, int | float | np.integer | np.floating)
+        ):
+            raise CheckFailed(
+                f"{name} should return a head count (an integer) or None, got {type(got).__name__}."
+            )
+        if got is not None and expected is not None and float(got) == expected:
+            continue
+        heads = sorted({h for h, _ in results})
+        if got is None:
+            raise CheckFailed(
+                f"{name}: you returned None, but with {expected} heads every seed reached the "
+                f"target {target}."
+            )
+        diagnose(
+            got,
+            [
+                (
+                    _smallest(results, target, per_h=np.median),
+                    f"{name}: you compared the median seed with the target; a head count "
+                    "suffices only when every one of its seeds reached the target.",
+                ),
+                (
+                    _smallest(results, target, per_h=max),
+                    f"{name}: one seed reaching the target is not enough; every seed of a head "
+                    "count must reach it.",
+                ),
+                (
+                    _smallest(results, target, reached=lambda a: round(a, 2) >= target),
+                    f"{name}: you rounded the accuracies before comparing them (0.986 prints as "
+                    "0.99 but is below 0.99); compare the unrounded accuracy, or use 'steps'.",
+                ),
+                (
+                    _smallest(results, target, reached=lambda a: a > target),
+                    f"{name}: a run whose accuracy equals the target has reached it; compare "
+                    "with >=, not >.",
+                ),
+                (
+                    None if expected is None else heads.index(expected),
+                    f"{name}: return the head count itself, not its position in the list of "
+                    "head counts.",
+                ),
+                (
+                    _smallest(results, target, pick=lambda ok: ok[0]),
+                    f"{name}: the results are not in head-count order; return the smallest "
+                    "head count that suffices, not the first one you met.",
+                ),
+                (
+                    0 if expected is None else None,
+                    f"{name}: when no head count suffices, return None (not 0).",
+                ),
+            ],
+            same=lambda a, b: b is not None and float(a) == b,
+        )
+        raise CheckFailed(
+            f"{name}: for head counts {heads} and target {target} the answer is "
+            f"{expected}, you returned {got!r}; a head count suffices when every seed's run "
+            "reached the target."
+        )
+    passed("smallest_sufficient_heads: every seed must reach the target, unrounded.")

@@ -1,6 +1,7 @@
-"""Checks of notebook 06 (pruning heads): ablation drops, gradient importance, and the
-Spearman rank correlation. The first two run on small models trained here, two of them
-with different numbers of heads, so that no shape can be hard-coded."""
+"""Checks of notebook 06 (pruning heads): ablation drops, gradient importance, the Spearman
+rank correlation, iterative pruning (the syllabus's experiment E12.3) and the lookup each head
+does. The checks on models use small models trained here, with different numbers of heads, so
+that no shape can be hard-coded."""
 
 from __future__ import annotations
 
@@ -194,3 +195,267 @@ def check_spearman(spearman_fn: Callable) -> None:
             f"{name}: for a={a.tolist()} and b={b.tolist()} expected {expected:.4f}, got {got:.4f}."
         )
     passed("spearman: Pearson correlation of the ranks, ties averaged.")
+
+
+# --------------------------------------------------------------------------- pruning (E12.3)
+
+# (n_heads, d_model, seed, max_drop) of small models whose pruning removes some heads and
+# stops before the last: re-scoring changes the order in the first, drops tie at 0 in the
+# second (any of the tied heads may go), and the third starts well below accuracy 1.
+_PRUNED = ((5, 20, 2, 0.02), (6, 24, 5, 0.01), (6, 12, 3, 0.1))
+
+
+def _removed_list(got, name: str, n_heads: int) -> list[int]:
+    """The answer as a list of head indices, or a sentence saying why it is not one."""
+    if isinstance(got, np.ndarray):
+        got = got.tolist()
+    if not isinstance(got, list | tuple):
+        raise CheckFailed(
+            f"{name} should return the list of heads it removed, in the order removed; got "
+            f"{type(got).__name__}."
+        )
+    values = []
+    for h in got:
+        if isinstance(h, bool) or not isinstance(h, int | float | np.integer | np.floating):
+            raise CheckFailed(f"{name}: every entry should be a head index (an int), got {h!r}.")
+        if float(h) != int(h) or not 0 <= int(h) < n_heads:
+            raise CheckFailed(f"{name}: {h!r} is not a head index 0..{n_heads - 1}.")
+        values.append(int(h))
+    if len(values) == n_heads and set(np.unique(values)) <= {0, 1} and n_heads > 2:
+        raise CheckFailed(
+            f"{name}: that looks like a head mask; return the heads removed, in the order removed."
+        )
+    if len(set(values)) != len(values):
+        raise CheckFailed(f"{name}: head {values[0]} is removed twice; each head can go once.")
+    return values
+
+
+def check_prune_heads(prune_fn: Callable) -> None:
+    """Exercise (notebook 06): iterative pruning by ablation (E12.3).
+
+    ``prune_fn(model, select_data, max_drop) -> [heads removed, in order]``. Replays the
+    answer step by step on three small trained models: each step must remove a head whose
+    ablation drop, re-scored with the heads removed so far switched off, is the smallest (any
+    of tied heads), no step may take the selection accuracy more than ``max_drop`` below the
+    unpruned model's, and pruning must stop only when the next removal would.
+    """
+    from .. import pruning, tiny
+
+    name = "prune_heads"
+    for n_heads, d_model, seed, max_drop in _PRUNED:
+        model, data = _trained(n_heads, d_model, seed)
+        answer_model = copy.deepcopy(model)
+        got = call(prune_fn, name, answer_model, (data[0].copy(), data[1].copy()), max_drop)
+        removed = _removed_list(got, name, n_heads)
+        steps = pruning.prune_iteratively(model, data, "ablation", max_drop)
+        kept = set(np.flatnonzero(steps[-1].head_mask).tolist())
+        if len(removed) < n_heads - 1 and set(removed) == kept:
+            raise CheckFailed(
+                f"{name}: those are the heads that survive; return the ones removed, in the "
+                "order removed."
+            )
+        _replay(name, model, data, removed, max_drop, tiny.accuracy, pruning.ablation_drops)
+    passed("prune_heads: re-scored after every removal, stopped before a drop over max_drop.")
+
+
+def _replay(name, model, data, removed, max_drop, accuracy, ablation_drops) -> None:
+    """Raise what is wrong with pruning ``model`` by removing ``removed`` in order."""
+    mask = np.ones(model.n_heads)
+    start = accuracy(model, *data, mask)
+    first_order = [int(h) for h in np.argsort(ablation_drops(model, *data), kind="stable")]
+    previous = start
+    for step, head in enumerate(removed, 1):
+        alive = np.flatnonzero(mask)
+        if mask[head] == 0:
+            raise CheckFailed(f"{name}: step {step} removes head {head}, which is already off.")
+        drops = ablation_drops(model, *data, mask)
+        weakest = int(alive[np.argmin(drops[alive])])
+        if drops[head] > drops[weakest] + 1e-12:
+            if head == int(alive[np.argmax(drops[alive])]):
+                raise CheckFailed(
+                    f"{name}: step {step} removes head {head}, the most important one; remove "
+                    "the head whose removal costs the least accuracy."
+                )
+            if head == [h for h in first_order if mask[h]][0]:
+                raise CheckFailed(
+                    f"{name}: step {step} follows the ranking of the unpruned model; score the "
+                    "heads again after every removal, with the removed heads switched off."
+                )
+            raise CheckFailed(
+                f"{name}: at step {step} removing head {weakest} costs less accuracy than "
+                f"removing head {head}; remove the least important head each time."
+            )
+        mask[head] = 0.0
+        acc = accuracy(model, *data, mask)
+        if start - acc > max_drop + 1e-12:
+            if previous - acc <= max_drop + 1e-12 and step > 1 and (start - previous) > 0:
+                raise CheckFailed(
+                    f"{name}: step {step} takes the accuracy {start - acc:.3f} below the "
+                    "unpruned model's; compare every step with the unpruned accuracy, not with "
+                    "the step before."
+                )
+            raise CheckFailed(
+                f"{name}: step {step} takes the accuracy more than max_drop below the unpruned "
+                "model's; stop before that step, not after it."
+            )
+        previous = acc
+    alive = np.flatnonzero(mask)
+    if len(alive) > 1:
+        drops = ablation_drops(model, *data, mask)
+        weakest = int(alive[np.argmin(drops[alive])])
+        trial = mask.copy()
+        trial[weakest] = 0.0
+        acc = accuracy(model, *data, trial)
+        if start - acc <= max_drop + 1e-12:
+            _why_stopped(name, model, data, mask, start, max_drop, first_order, accuracy)
+            raise CheckFailed(
+                f"{name}: you stopped after {len(removed)} removal(s), but removing head "
+                f"{weakest} next keeps the accuracy within max_drop of the unpruned model's."
+            )
+
+
+def _why_stopped(name, model, data, mask, start, max_drop, first_order, accuracy) -> None:
+    """Pruning stopped although the least important head could go: raise the reason when it
+    is a known one (the next head taken from the unpruned model's ranking, the drop measured
+    from 1, or the most important head tried)."""
+    from .. import pruning
+
+    alive = np.flatnonzero(mask)
+    drops = pruning.ablation_drops(model, *data, mask)
+
+    def cost(head):
+        trial = mask.copy()
+        trial[head] = 0.0
+        return start - accuracy(model, *data, trial)
+
+    ranked = [h for h in first_order if mask[h]][0]
+    if drops[ranked] > drops[alive].min() + 1e-12 and cost(ranked) > max_drop:
+        raise CheckFailed(
+            f"{name}: you followed the ranking of the unpruned model (head {ranked} next); "
+            "score the heads again after every removal, with the removed heads switched off."
+        )
+    weakest = int(alive[np.argmin(drops[alive])])
+    if 1.0 - (start - cost(weakest)) > max_drop:
+        raise CheckFailed(
+            f"{name}: you stopped early because you measured the drop from 1; measure it from "
+            "the unpruned model's own accuracy."
+        )
+    most = int(alive[np.argmax(drops[alive])])
+    if cost(most) > max_drop:
+        raise CheckFailed(
+            f"{name}: you stopped after {int((mask == 0).sum())} removal(s), but head {weakest}, "
+            f"the least important now, can go within max_drop; if you tried head {most}, the "
+            "most important one, remove the least important head instead."
+        )
+
+
+# --------------------------------------------------------------------------- head roles
+
+
+def _pattern_weights(batch: int, n: int, heads) -> np.ndarray:
+    """Causal attention weights (batch, heads, n, n): each head puts the given share of every
+    query's weight on the key ``o`` back (for each (o, share) it lists, where that key exists)
+    and spreads the rest evenly over the query's other allowed keys; a little noise per
+    sequence."""
+    rng = np.random.default_rng(n * 10 + len(heads))
+    w = np.zeros((batch, len(heads), n, n))
+    for b in range(batch):
+        for h, pattern in enumerate(heads):
+            for i in range(n):
+                row = np.zeros(n)
+                for o, share in pattern:
+                    if i - o >= 0:
+                        row[i - o] += share
+                rest = [j for j in range(i + 1) if row[j] == 0]
+                left = 1.0 - row.sum()
+                if rest:
+                    spread = rng.dirichlet(np.full(len(rest), 50.0)) * left
+                    row[rest] += spread
+                else:
+                    row[: i + 1] /= row[: i + 1].sum()
+                w[b, h, i] = row
+    return w
+
+
+def _roles_cases():
+    """(weights, offsets, threshold): on two shapes; offsets listed out of order in the second."""
+    heads = [
+        [(1, 0.9)],  # the previous token
+        [(3, 0.8)],  # three back
+        [(1, 0.46), (3, 0.44)],  # a mix: no single lookup
+        [],  # spread evenly
+        [(2, 0.6)],  # two back, less sharply
+    ]
+    yield _pattern_weights(2, 8, heads), (1, 2, 3), 0.5
+    yield _pattern_weights(3, 6, [[(2, 0.7)], [(1, 0.55)], [], [(1, 0.95)]]), (2, 1), 0.6
+
+
+def check_head_roles(roles_fn: Callable) -> None:
+    """Exercise (notebook 06): the lookup each head does, (heads,) ints: for each head the
+    offset ``o`` in ``offsets`` with the highest mean weight on key ``i - o`` (over the queries
+    that have that key), if at least ``threshold``, else 0."""
+    from .. import heads as H
+
+    name = "head_roles"
+    for w, offsets, threshold in _roles_cases():
+        got = as_array(call(roles_fn, name, w.copy(), tuple(offsets), threshold), name)
+        heads = w.shape[1]
+        expect_shape(got, (heads,), name, "one role per head")
+        expected = H.head_roles(w, offsets, threshold)
+        if close(got, expected, 1e-12):
+            continue
+        scores = np.stack([H.offset_score(w, -o) for o in offsets])  # (offsets, heads)
+        zeroed = np.stack(  # queries without a key o back counted as 0 (or wrapped round)
+            [H.offset_score(w, -o) * (w.shape[-1] - o) / w.shape[-1] for o in offsets]
+        )
+        best = scores.argmax(axis=0)
+        diagnose(
+            got,
+            [
+                (
+                    -expected,
+                    f"{name}: give the offset as a positive number (3 for the key three back).",
+                ),
+                (
+                    np.zeros(heads),
+                    f"{name}: every head got 0; the key o back of query i is key i - o (the "
+                    "keys after the query have weight 0 under the causal mask).",
+                ),
+                (
+                    np.asarray(offsets)[best],
+                    f"{name}: a head whose best mean weight is below threshold has no single "
+                    "lookup; give it 0.",
+                ),
+                (
+                    np.where(scores.max(axis=0) >= threshold, best, 0),
+                    f"{name}: return the offset itself (an element of offsets), not its "
+                    "position in offsets.",
+                ),
+                (
+                    np.where(
+                        zeroed.max(axis=0) >= threshold,
+                        np.asarray(offsets)[zeroed.argmax(axis=0)],
+                        0,
+                    ),
+                    f"{name}: queries i < o have no key o back; leave them out of that "
+                    "offset's average instead of counting them as 0.",
+                ),
+                *(
+                    (
+                        top,
+                        f"{name}: those are the best mean weights; return the offset that gets "
+                        "them (0 below threshold).",
+                    )
+                    for top in (
+                        scores.max(axis=0),
+                        np.where(scores.max(0) >= threshold, scores.max(0), 0),
+                    )
+                ),
+            ],
+            tol=1e-9,
+        )
+        raise CheckFailed(
+            f"{name}: wrong roles: expected {expected.tolist()}, got {got.tolist()}; compare "
+            "each head's mean weight on key i - o for every o in offsets."
+        )
+    passed("head_roles: the offset a head looks at most, 0 below the threshold.")

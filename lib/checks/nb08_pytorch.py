@@ -1,5 +1,8 @@
-"""Checks of notebook 08 (from NumPy to PyTorch). torch is imported inside these checks
-only, so that importing lib.checks stays fast for the notebooks that do not need it."""
+"""Checks of notebook 08 (from NumPy to PyTorch): our masks as one torch ``attn_mask`` per
+sequence and head, a torch layer's weights read back into our MHAParams, and
+``nn.MultiheadAttention`` run so that it answers as lib does, fully masked queries included.
+torch is imported inside these checks only, so that importing lib.checks stays fast for the
+notebooks that do not need it."""
 
 from __future__ import annotations
 
@@ -24,33 +27,75 @@ def _to_numpy(value, name: str, what: str) -> np.ndarray:
     return as_array(value, name, what)
 
 
-def check_torch_attn_mask(to_torch_mask_fn: Callable) -> None:
-    """Exercise (notebook 08): our boolean mask (True = may attend) -> nn.MultiheadAttention's
-    boolean attn_mask (True = may NOT attend), as a torch tensor of the same shape."""
+def _describe(value) -> str:
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return f"{type(value).__name__} of shape {tuple(shape)}"
+    text = repr(value)
+    return text if len(text) <= 40 else type(value).__name__
+
+
+# --------------------------------------------------------------------------- exercise 1
+
+
+def _per_head(mask: np.ndarray, n_heads: int) -> np.ndarray:
+    """Our (batch, 1 or heads, n_q, n_k) mask broadcast to (batch, heads, n_q, n_k)."""
+    b, _, n_q, n_k = mask.shape
+    return np.broadcast_to(mask, (b, n_heads, n_q, n_k))
+
+
+def mask_cases() -> list[tuple[np.ndarray, int]]:
+    """The masks check_torch_mask tries: (mask, n_heads), one mask for all heads and one
+    per head, on three shapes."""
+    rng = np.random.default_rng(8)
+    shared = rng.random((2, 1, 3, 4)) < 0.6  # (batch, 1, n_q, n_k): the same for every head
+    per_head = rng.random((3, 2, 4, 5)) < 0.6  # (batch, heads, n_q, n_k)
+    causal_padded = A.causal_mask(4) & A.padding_mask([4, 2], 4)  # (2, 1, 4, 4)
+    return [(shared, 3), (per_head, 2), (causal_padded, 2)]
+
+
+def check_torch_mask(to_torch_mask_fn: Callable) -> None:
+    """Exercise (notebook 08): our boolean mask (batch, 1 or n_heads, n_q, n_k), True = may
+    attend, as the 3-axis boolean ``attn_mask`` of ``nn.MultiheadAttention``:
+    (batch * n_heads, n_q, n_k), row b * n_heads + h for sequence b and head h, True = may
+    NOT attend."""
     import torch
 
     name = "to_torch_mask"
-    rng = np.random.default_rng(8)
-    masks = [A.causal_mask(4), rng.random((3, 5)) < 0.5, A.causal_mask(2, 6)]
-    for mask in masks:
-        got = call(to_torch_mask_fn, name, mask.copy())
+    for mask, n_heads in mask_cases():
+        b, _, n_q, n_k = mask.shape
+        full = _per_head(mask, n_heads)  # (batch, heads, n_q, n_k)
+        want = (~full).reshape(b * n_heads, n_q, n_k)
+        got = call(to_torch_mask_fn, name, mask.copy(), n_heads)
         if not _is_tensor(got):
             raise CheckFailed(
                 f"{name}: return a torch.Tensor, not {type(got).__name__}; "
                 "nn.MultiheadAttention does not accept NumPy arrays."
             )
         arr = got.detach().cpu().numpy()
-        if arr.shape == mask.shape[::-1] and arr.shape != mask.shape:
+        if arr.shape == (b, n_q, n_k) and n_heads > 1:
             raise CheckFailed(
-                f"{name}: your mask has shape {arr.shape}, transposed; keep ours "
-                f"{mask.shape}: row i is query i, column j is key j."
+                f"{name}: torch wants one (n_q, n_k) mask per sequence *and head*, shape "
+                f"(batch * n_heads, n_q, n_k) = {want.shape}; yours has one per sequence, "
+                f"{arr.shape}."
             )
-        expect_shape(arr, mask.shape, name, "a mask of the same shape as ours")
+        if arr.ndim == 4:
+            raise CheckFailed(
+                f"{name}: torch's attn_mask has three axes, (batch * n_heads, n_q, n_k) = "
+                f"{want.shape}; yours has four, {arr.shape}: put the batch and head axes "
+                "into one."
+            )
+        if arr.shape == (b * n_heads, n_k, n_q) and n_q != n_k:
+            raise CheckFailed(
+                f"{name}: your masks are transposed, {arr.shape}; each must be (n_q, n_k): "
+                "row i is query i, column j key j."
+            )
+        expect_shape(arr, want.shape, name, "a mask (batch * n_heads, n_q, n_k)")
         if got.dtype != torch.bool:
             if (
                 got.dtype.is_floating_point
-                and np.array_equal(np.isneginf(arr), ~mask)
-                and np.all(arr[mask] == 0)
+                and np.array_equal(np.isneginf(arr), want)
+                and np.all(arr[~want] == 0)
             ):
                 raise CheckFailed(
                     f"{name}: that is a valid additive float mask (0 / -inf), but this "
@@ -60,243 +105,290 @@ def check_torch_attn_mask(to_torch_mask_fn: Callable) -> None:
                 f"{name}: return a boolean tensor (dtype torch.bool), got {got.dtype}; a float "
                 "attn_mask is added to the scores, so 0/1 values would not block anything."
             )
-        if np.array_equal(arr, ~mask):
+        if np.array_equal(arr, want):
             continue
         diagnose(
             arr,
             [
                 (
-                    mask,
-                    f"{name}: you passed our mask through unchanged, but in "
-                    "nn.MultiheadAttention True means 'may NOT attend': every True of ours must "
-                    "become False and the other way round.",
+                    full.reshape(b * n_heads, n_q, n_k),
+                    f"{name}: you kept our True = 'may attend', but in nn.MultiheadAttention "
+                    "True means 'may NOT attend': every True of ours must become False and the "
+                    "other way round.",
                 ),
                 (
-                    (~mask).T if mask.shape[0] == mask.shape[1] else None,
-                    f"{name}: your mask is transposed: row i must be query i and column j key "
-                    "j, as in ours.",
+                    (~full).transpose(1, 0, 2, 3).reshape(b * n_heads, n_q, n_k),
+                    f"{name}: your rows are ordered head by head; torch reads them sequence by "
+                    "sequence: row b * n_heads + h is sequence b, head h (all heads of "
+                    "sequence 0 first).",
+                ),
+                (
+                    np.repeat(~mask[:, :1], n_heads, axis=1).reshape(b * n_heads, n_q, n_k),
+                    f"{name}: you gave every head the first head's mask; a mask of shape "
+                    "(batch, n_heads, n_q, n_k) has a different one for each head: keep them.",
+                ),
+                (
+                    (~full).swapaxes(-1, -2).reshape(b * n_heads, n_q, n_k) if n_q == n_k else None,
+                    f"{name}: your masks are transposed: row i must be query i and column j "
+                    "key j, as in ours.",
                 ),
             ],
-            same=lambda a, b: bool(np.array_equal(a, b)),
+            same=lambda a, w: bool(np.array_equal(a, w)),
         )
         raise CheckFailed(
-            f"{name}: wrong entries for the mask {mask.astype(int).tolist()}; torch's entry "
-            "(i, j) must be True exactly where query i may NOT attend to key j."
+            f"{name}: wrong entries for a mask of shape {mask.shape} with n_heads={n_heads}; "
+            "row b * n_heads + h must be True exactly where query i of sequence b may NOT "
+            "attend to key j in head h."
         )
-    passed("to_torch_mask: same shape, dtype torch.bool, True where a query may NOT attend.")
+    passed("to_torch_mask: one inverted (n_q, n_k) mask per sequence and head, in torch's order.")
 
 
-def bridge_params(bias: bool, d_model: int = 6, n_heads: int = 2, seed: int = 80) -> A.MHAParams:
-    return A.init_mha_params(d_model, n_heads, np.random.default_rng(seed), bias=bias)
+# --------------------------------------------------------------------------- exercise 2
 
 
-def _no_bias_hint(name: str, what: str):
-    """Any error raised on params without biases, once the same answer worked with them."""
-    return (
-        Exception,
-        lambda exc: (
-            f"{name} works with biases but raised {type(exc).__name__} ({exc}) on params "
-            f"without them: there params.b_q, b_k and b_v are None; {what}"
-        ),
-    )
+def torch_layers() -> list:
+    """The nn.MultiheadAttention layers check_from_torch reads: initialised by torch (from a
+    fixed seed, without touching the caller's random state), biases made non-zero."""
+    import torch
+    from torch import nn
+
+    layers = []
+    with torch.random.fork_rng():
+        torch.manual_seed(80)
+        for d_model, n_heads, bias in ((8, 2, True), (8, 2, False), (6, 3, True)):
+            m = nn.MultiheadAttention(
+                d_model, n_heads, bias=bias, batch_first=True, dtype=torch.float64
+            )
+            if bias:  # torch starts them at 0, which would hide a bias left out
+                with torch.no_grad():
+                    m.in_proj_bias.normal_(0.0, 0.1)
+                    m.out_proj.bias.normal_(0.0, 0.1)
+            layers.append(m.eval())
+    return layers
 
 
-def check_pack_in_proj(pack_fn: Callable) -> None:
-    """Exercise (notebook 08): our W_q, W_k, W_v (+ biases) -> torch's in_proj_weight
-    (3 d_model, d_model) and in_proj_bias (3 d_model,) or None."""
+def check_from_torch(from_torch_fn: Callable) -> None:
+    """Exercise (notebook 08): an nn.MultiheadAttention's weights as our MHAParams (W_q, W_k,
+    W_v, W_o of shape (d_in, d_out), biases when the layer has them, its head count)."""
     from .. import torch_bridge as TB
 
-    name = "pack_in_proj"
-    for d_model, n_heads in ((6, 2), (8, 4)):
-        for bias in (True, False):
-            params = bridge_params(bias, d_model, n_heads)
-            d = params.d_model
-            hints = () if bias else [_no_bias_hint(name, "return None as in_proj_bias then.")]
-            result = call(pack_fn, name, params, hints=hints)
-            if not (isinstance(result, tuple | list) and len(result) == 2):
+    name = "from_torch"
+    for module in torch_layers():
+        d = module.embed_dim
+        want = TB.from_torch_mha(module)
+        got = call(from_torch_fn, name, module)
+        if not isinstance(got, A.MHAParams):
+            if isinstance(got, tuple | list):
                 raise CheckFailed(
-                    f"{name} should return a pair (in_proj_weight, in_proj_bias), "
-                    f"got {type(result).__name__}."
+                    f"{name}: return one A.MHAParams(W_q, W_k, W_v, W_o, n_heads, b_q, b_k, "
+                    f"b_v, b_o), not a {type(got).__name__} of {len(got)} items."
                 )
-            weight = _to_numpy(result[0], name, "in_proj_weight")
-            want_w, want_b = TB.pack_in_proj(params)
-            if weight.shape == (d, 3 * d):
-                raise CheckFailed(
-                    f"{name}: in_proj_weight has shape {weight.shape}, but torch stores a "
-                    "projection as (out_features, in_features): it must be (3 d_model, "
-                    f"d_model) = {(3 * d, d)}."
-                )
-            expect_shape(weight, (3 * d, d), name, "in_proj_weight (3 d_model, d_model)")
-            if not close(weight, want_w):
-                Ws = (params.W_q, params.W_k, params.W_v)
-                diagnose(
-                    weight,
-                    [
-                        (
-                            np.concatenate(Ws, axis=0),
-                            f"{name}: you stacked W_q, W_k, W_v as they are; torch computes "
-                            "x @ W.T, so each block must be the transpose of ours.",
-                        ),
-                        (
-                            np.concatenate([params.W_k.T, params.W_q.T, params.W_v.T]),
-                            f"{name}: the blocks are in the wrong order: torch expects the "
-                            "query block first, then the key block, then the value block.",
-                        ),
-                        (
-                            np.concatenate(Ws, axis=1).reshape(3 * d, d),
-                            f"{name}: reshaping does not transpose: the numbers end up in the "
-                            "wrong places; each block must be the transpose of our matrix.",
-                        ),
-                    ],
-                )
-                raise CheckFailed(
-                    f"{name}: in_proj_weight has the right shape but wrong values; "
-                    "x @ in_proj_weight.T must give [x @ W_q, x @ W_k, x @ W_v] side by side."
-                )
-            got_b = result[1]
-            if want_b is None:
-                if got_b is not None:
-                    raise CheckFailed(
-                        f"{name}: these params have no biases (params.b_q is None), so "
-                        "in_proj_bias must be None."
-                    )
-                continue
-            if got_b is None:
-                raise CheckFailed(
-                    f"{name}: these params have biases, but your in_proj_bias is None: pack "
-                    "b_q, b_k and b_v as well."
-                )
-            got_b = _to_numpy(got_b, name, "in_proj_bias")
-            expect_shape(got_b, (3 * d,), name, "in_proj_bias (3 d_model,)")
-            if close(got_b, want_b):
-                continue
+            raise CheckFailed(f"{name}: return an A.MHAParams, got {_describe(got)}.")
+        if got.n_heads != module.num_heads:
+            head_size = " (that is the size of one head, d_model // n_heads)" * (
+                got.n_heads == d // module.num_heads
+            )
+            raise CheckFailed(
+                f"{name}: n_heads={got.n_heads}{head_size}; the layer has "
+                f"num_heads={module.num_heads} heads."
+            )
+        if want.has_bias and not got.has_bias:
+            raise CheckFailed(
+                f"{name}: this layer has biases (in_proj_bias and out_proj.bias), but your "
+                "params have none: copy them into b_q, b_k, b_v and b_o."
+            )
+        if got.has_bias and not want.has_bias:
+            raise CheckFailed(
+                f"{name}: this layer has no biases (in_proj_bias is None), so the params "
+                "must have none either."
+            )
+        weight = module.in_proj_weight.detach().numpy()  # (3d, d)
+        got_in = np.stack([got.W_q, got.W_k, got.W_v])
+        if not close(got_in, np.stack([want.W_q, want.W_k, want.W_v])):
+            blocks = [weight[i * d : (i + 1) * d] for i in range(3)]  # each (d_out, d_in)
+            diagnose(
+                got_in,
+                [
+                    (
+                        np.stack(blocks),
+                        f"{name}: torch stores each projection as (d_out, d_in) and computes "
+                        "x @ W.T; ours is x @ W with W of shape (d_in, d_out): transpose each "
+                        "block of in_proj_weight.",
+                    ),
+                    (
+                        np.stack([blocks[1].T, blocks[0].T, blocks[2].T]),
+                        f"{name}: the blocks are in the wrong order: in_proj_weight holds the "
+                        "queries' block first, then the keys', then the values'.",
+                    ),
+                    (
+                        np.stack(np.split(weight.reshape(d, 3 * d), 3, axis=1)),
+                        f"{name}: reshaping does not transpose: the numbers end up in the wrong "
+                        "places; each block of in_proj_weight must be transposed.",
+                    ),
+                ],
+            )
+            raise CheckFailed(
+                f"{name}: W_q, W_k, W_v have the right shapes but wrong values; x @ W_q must "
+                "give the first d_model outputs of x @ in_proj_weight.T, and so on."
+            )
+        if not close(got.W_o, want.W_o):
+            diagnose(
+                got.W_o,
+                [
+                    (
+                        module.out_proj.weight.detach().numpy(),
+                        f"{name}: W_o is out_proj.weight transposed: nn.Linear stores "
+                        "(d_out, d_in) too.",
+                    ),
+                ],
+            )
+            raise CheckFailed(f"{name}: W_o has wrong values; it comes from out_proj.weight.")
+        if not want.has_bias:
+            continue
+        got_b = np.stack([got.b_q, got.b_k, got.b_v])
+        if not close(got_b, np.stack([want.b_q, want.b_k, want.b_v])):
+            b = module.in_proj_bias.detach().numpy()
             diagnose(
                 got_b,
                 [
                     (
-                        np.concatenate([params.b_k, params.b_q, params.b_v]),
-                        f"{name}: the biases are in the wrong order: query, then key, "
-                        "then value, as in the weight.",
+                        np.stack([b[d : 2 * d], b[:d], b[2 * d :]]),
+                        f"{name}: the biases are in the wrong order: in_proj_bias holds b_q, "
+                        "then b_k, then b_v, like the weight's blocks.",
                     ),
                 ],
             )
-            raise CheckFailed(f"{name}: in_proj_bias must hold b_q, b_k, b_v one after another.")
-    passed(
-        "pack_in_proj: (3 d_model, d_model), the q, k, v blocks transposed and in order; "
-        "biases packed, or None."
-    )
+            raise CheckFailed(
+                f"{name}: b_q, b_k, b_v have wrong values; they are the three thirds of "
+                "in_proj_bias."
+            )
+        if not close(got.b_o, want.b_o):
+            raise CheckFailed(f"{name}: b_o has wrong values; it is out_proj.bias.")
+    passed("from_torch: every weight transposed back to (d_in, d_out); biases and head count read.")
 
 
-def check_load_into_torch(load_fn: Callable) -> None:
-    """Exercise (notebook 08): an nn.MultiheadAttention(batch_first=True) that holds our
-    params and gives our outputs and per-head weights."""
+# --------------------------------------------------------------------------- exercise 3
+
+
+def attention_cases() -> list:
+    """(params, x_q, x_kv, mask) for check_torch_attention; every mask leaves some queries
+    with nothing to attend to."""
+    rng = np.random.default_rng(81)
+    params1 = A.init_mha_params(8, 2, rng, bias=True)
+    x_q, x_kv = rng.normal(size=(2, 3, 8)), rng.normal(size=(2, 5, 8))
+    mask1 = rng.random((2, 1, 3, 5)) < 0.6  # (batch, 1, n_q, n_k)
+    mask1[0, 0, 1] = False  # sequence 0, query 1: no key at all
+    mask1[1, 0, 2] = True
+    params2 = A.init_mha_params(6, 3, rng, bias=False)
+    x = rng.normal(size=(3, 4, 6))
+    mask2 = np.broadcast_to(A.causal_mask(4) & A.padding_mask([4, 0, 2], 4), (3, 1, 4, 4))
+    mask2 = mask2.copy()  # sequence 1 has no real token: none of its queries sees a key
+    params3 = A.init_mha_params(6, 3, rng, bias=True)
+    x3 = rng.normal(size=(2, 4, 6))
+    mask3 = np.broadcast_to(A.causal_mask(4) & A.padding_mask([4, 0], 4), (2, 1, 4, 4)).copy()
+    return [(params1, x_q, x_kv, mask1), (params2, x, x, mask2), (params3, x3, x3, mask3)]
+
+
+def _torch_run(module, x_q, x_kv, blocked):
+    """The module on our arrays with a (batch * heads, n_q, n_k) mask, True = blocked."""
     import torch
-    from torch import nn
 
+    tq, tkv = torch.from_numpy(x_q), torch.from_numpy(x_kv)
+    with torch.no_grad():
+        out, w = module(
+            tq, tkv, tkv, attn_mask=torch.from_numpy(blocked), average_attn_weights=False
+        )
+    return out.numpy(), w.numpy()
+
+
+def check_torch_attention(attention_fn: Callable) -> None:
+    """Exercise (notebook 08): nn.MultiheadAttention run on our inputs and mask
+    (batch, 1, n_q, n_k) so that it returns what A.multi_head_attention returns, also for
+    queries with nothing to attend to (weights 0, output b_o or 0)."""
     from .. import torch_bridge as TB
 
-    name = "load_into_torch"
-    rng = np.random.default_rng(81)
-    for d_model, n_heads, bias in ((8, 2, True), (8, 2, False), (6, 3, True)):
-        params = A.init_mha_params(d_model, n_heads, rng, bias=bias)
-        x_q = rng.normal(size=(2, 3, d_model))
-        x_kv = rng.normal(size=(2, 5, d_model))
-        hints = (
-            ()
-            if bias
-            else [
-                _no_bias_hint(
-                    name,
-                    "create the module with bias=False then (params.has_bias), and copy no biases.",
-                )
-            ]
-        )
-        module = call(load_fn, name, params, hints=hints)
-        if not isinstance(module, nn.MultiheadAttention):
+    name = "torch_attention"
+    for params, x_q, x_kv, mask in attention_cases():
+        module = TB.to_torch_mha(params)
+        h = params.n_heads
+        want_out, want_w = A.multi_head_attention(x_q, x_kv, params, mask)
+        result = call(attention_fn, name, module, x_q.copy(), x_kv.copy(), mask.copy())
+        if not (isinstance(result, tuple | list) and len(result) == 2):
+            raise CheckFailed(f"{name}: return a pair (output, weights), got {_describe(result)}.")
+        out = _to_numpy(result[0], name, "the output")
+        w = _to_numpy(result[1], name, "the weights")
+        if out.shape == want_w.shape and w.shape == want_out.shape:
             raise CheckFailed(
-                f"{name} should return an nn.MultiheadAttention, got {type(module).__name__}."
+                f"{name}: return the pair in the order (output, weights), as "
+                "A.multi_head_attention does."
             )
-        if module.embed_dim != d_model or module.num_heads != n_heads:
+        b, n_q, n_k = want_w.shape[0], want_w.shape[2], want_w.shape[3]
+        if w.shape == (b, n_q, n_k):
             raise CheckFailed(
-                f"{name}: the module has embed_dim={module.embed_dim}, "
-                f"num_heads={module.num_heads}; it needs params.d_model={d_model} and "
-                f"params.n_heads={n_heads}."
+                f"{name}: your weights {w.shape} are averaged over the heads (torch's "
+                "default); ask the module for per-head weights with average_attn_weights=False."
             )
-        if not module.batch_first:
+        expect_shape(out, want_out.shape, name, "an output (batch, n_q, d_model)")
+        expect_shape(w, want_w.shape, name, "weights (batch, heads, n_q, n_k)")
+        empty = ~mask[:, 0].any(axis=-1)  # (batch, n_q): queries with nothing to attend to
+        seq, query = np.argwhere(empty)[0]
+        if np.isnan(out[~empty]).any() or np.isnan(w.transpose(0, 2, 1, 3)[~empty]).any():
             raise CheckFailed(
-                f"{name}: your module expects (seq, batch, embed), torch's default; our "
-                "arrays are (batch, seq, d_model): create it with batch_first=True."
+                f"{name}: NaN for queries that may attend to some keys: torch's boolean "
+                "attn_mask is True where a query may NOT attend, the opposite of ours "
+                "(exercise 1)."
             )
-        dtype = module.out_proj.weight.dtype
-        want_out, want_w = A.multi_head_attention(x_q, x_kv, params)
-        tol = 1e-10 if dtype == torch.float64 else 1e-5
-
-        def run(m, dtype=dtype, x_q=x_q, x_kv=x_kv):
-            tq, tkv = (torch.from_numpy(a).to(dtype) for a in (x_q, x_kv))
-            with torch.no_grad():
-                m_training = m.training
-                m.eval()
-                try:
-                    out, w = m(tq, tkv, tkv, average_attn_weights=False)
-                finally:
-                    m.train(m_training)
-            return out.double().numpy(), w.double().numpy()
-
-        got_out, got_w = call(run, name, module)
-        if close(got_out, want_out, tol) and close(got_w, want_w, tol):
-            if module.training and module.dropout > 0:
-                raise CheckFailed(
-                    f"{name}: the weights are right, but the module is in training mode with "
-                    "dropout, so its outputs would be random: switch it to eval mode."
-                )
-            continue
-
-        def with_state(key, value, params=params, dtype=dtype):
-            m = TB.to_torch_mha(params, dtype)
-            state = {k: v.clone() for k, v in m.state_dict().items()}
-            state[key] = value
-            m.load_state_dict(state)
-            return run(m)[0]
-
-        def without_biases(params=params, dtype=dtype):
-            bare = A.MHAParams(params.W_q, params.W_k, params.W_v, params.W_o, params.n_heads)
-            return run(TB.to_torch_mha(bare, dtype))[0]
-
-        diagnose(
-            got_out,
-            [
-                (
-                    lambda: with_state(
-                        "in_proj_weight",
-                        torch.cat(
-                            [
-                                torch.from_numpy(W).to(dtype)
-                                for W in (params.W_q, params.W_k, params.W_v)
-                            ]
-                        ),
+        if np.isnan(out).any() or np.isnan(w).any():
+            raise CheckFailed(
+                f"{name}: NaN for the queries with nothing to attend to (sequence {seq}, query "
+                f"{query}, for one): that is what torch gives them; lib gives weights 0 and the "
+                "output b_o. Let torch see a key for those queries, then put lib's answer in "
+                "their rows."
+            )
+        ok = ~empty
+        w_rows = w.transpose(0, 2, 1, 3)  # (batch, n_q, heads, n_k)
+        want_rows = want_w.transpose(0, 2, 1, 3)
+        if not (close(out[ok], want_out[ok]) and close(w_rows[ok], want_rows[ok])):
+            # the mask every query can use (a fully masked query may see every key), its
+            # rows head by head instead of sequence by sequence
+            full = _per_head(mask | empty[:, None, :, None], h)
+            head_major = (~full).transpose(1, 0, 2, 3).reshape(b * h, n_q, n_k)
+            diagnose(
+                out[ok],
+                [
+                    (
+                        lambda: _torch_run(module, x_q, x_kv, head_major)[0][ok],
+                        f"{name}: the mask reached the wrong heads: torch reads a 3-axis "
+                        "attn_mask sequence by sequence, row b * n_heads + h (exercise 1).",
                     ),
-                    f"{name}: your queries/keys/values are wrong: torch computes x @ W.T, so "
-                    "in_proj_weight needs our W_q, W_k, W_v transposed (rows = output features).",
-                ),
-                (
-                    lambda: with_state("out_proj.weight", torch.from_numpy(params.W_o).to(dtype)),
-                    f"{name}: the output projection is wrong: out_proj computes x @ W.T, so it "
-                    "needs W_o transposed.",
-                ),
-                (
-                    without_biases if bias else None,
-                    f"{name}: the biases are missing: copy b_q, b_k, b_v into in_proj_bias and "
-                    "b_o into out_proj.bias.",
-                ),
-            ],
-            tol=tol,
-        )
+                ],
+            )
+            raise CheckFailed(
+                f"{name}: for queries that may attend to some keys, your output or weights "
+                f"differ from lib's (largest output difference "
+                f"{np.abs(out[ok] - want_out[ok]).max():.3g}); give the module our inputs "
+                "and our mask in torch's convention (exercise 1)."
+            )
+        if not close(w_rows[empty], np.zeros_like(want_rows[empty])):
+            sums = w_rows[empty].sum(axis=-1)
+            detail = " yours sum to 1" if close(sums, np.ones_like(sums)) else ""
+            raise CheckFailed(
+                f"{name}: a query with nothing to attend to (sequence {seq}, query {query}) "
+                f"must get weights 0 from every head, as in lib;{detail or ' yours do not'}."
+            )
+        if close(out[empty], want_out[empty]):
+            continue
+        if params.has_bias and close(out[empty], np.zeros_like(want_out[empty])):
+            raise CheckFailed(
+                f"{name}: the output of a query with nothing to attend to is b_o, not 0: its "
+                "attention output is 0, then the output projection adds its bias "
+                "(out_proj.bias)."
+            )
         raise CheckFailed(
-            f"{name}: the module's outputs differ from A.multi_head_attention's (largest "
-            f"difference {np.abs(got_out - want_out).max():.3g}); copy every one of our "
-            "weights into the module's parameters."
+            f"{name}: the output of a query with nothing to attend to (sequence {seq}, query "
+            f"{query}) must be what lib gives: the attention output 0 projected, i.e. b_o "
+            "(out_proj.bias), or 0 without biases."
         )
     passed(
-        "load_into_torch: nn.MultiheadAttention gives our outputs and per-head weights, "
-        "with and without biases, for cross-attention."
+        "torch_attention: torch gives lib's answers, queries with nothing to attend to included."
     )

@@ -1,0 +1,221 @@
+"""Where word order comes from: the position schemes of attention (notebook 09).
+
+Attention by itself ignores order: permute the keys and values and each query's output is
+unchanged (without a mask, permuting the queries permutes the outputs the same way). A
+model learns order only from what its positions add. Four ways, and the tiny model of
+:mod:`lib.tiny` takes each of them (``positions=``):
+
+- **learned** absolute positions (notebooks 05-06): a table of vectors, one row per position,
+  added to the token embeddings; trained like any weight; no row beyond the table's length.
+- **sinusoidal** (Vaswani et al., 2017): a fixed table, added the same way,
+  ``PE[p, 2i] = sin(p w_i)``, ``PE[p, 2i + 1] = cos(p w_i)``, ``w_i = base^(-2i / d_model)``
+  (:func:`sinusoidal_table`). Moving every position by ``k`` is one linear map:
+  ``PE[p + k] = PE[p] @ R_k`` for every ``p`` (:func:`sinusoidal_shift`).
+- **RoPE**, rotary position embedding (Su et al., 2021): nothing is added to the tokens;
+  each head's query and key vectors are cut into pairs of coordinates, and pair ``i`` of a
+  vector at position ``p`` is rotated by the angle ``p theta_i``,
+  ``theta_i = base^(-2i / d_k)`` (:func:`rope_rotate`). Rotating both by their positions
+  makes ``q_m . k_n`` depend on the offset ``m - n`` only.
+- **ALiBi**, attention with linear biases (Press et al., 2022): nothing is added to the
+  vectors; each head ``h`` adds ``-m_h * distance`` to its scores, with fixed slopes ``m_h``
+  (:func:`alibi_slopes`, :func:`alibi_bias`).
+
+**RoPE's two layouts.** Which coordinates form a pair is a convention, and implementations
+differ:
+
+- ``"half"`` (the default): coordinate ``i`` pairs with ``i + d_k / 2``, so the first half of
+  the vector holds the pairs' first coordinates. This is GPT-NeoX's layout and Llama's in
+  Hugging Face ``transformers`` (its ``rotate_half``).
+- ``"interleaved"``: coordinate ``2i`` pairs with ``2i + 1``, neighbours, as in the RoPE
+  paper (written with complex numbers) and GPT-J (``rotate_every_two``).
+
+In both, pair ``i`` turns at ``theta_i``. The two are the same model up to a fixed permutation
+of the columns of W_q and W_k, but q and k must use the same one, and weights trained with
+one layout are wrong under the other.
+
+Positions count from 0. With ``n_q`` queries and ``n_k >= n_q`` keys, the queries are the last
+``n_q`` positions (``n_k - n_q, ..., n_k - 1``), the convention of
+:func:`lib.attention.causal_mask` (earlier keys cached).
+
+Row vectors throughout (``x @ W``); bad input raises ValueError through :mod:`lib._validate`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _validate as V
+
+SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi")
+"""The position schemes of the tiny model (:func:`lib.tiny.init_tiny_model`'s ``positions``)."""
+
+LAYOUTS = ("half", "interleaved")
+"""RoPE's pairings of coordinates: see the module's docstring."""
+
+BASE = 10000.0
+"""The frequency base of the sinusoidal table and of RoPE in both papers."""
+
+
+def query_positions(n_q: int, n_k: int) -> np.ndarray:
+    """Positions of the n_q queries against keys at 0..n_k-1: ``n_k - n_q + i``, the last n_q
+    positions, as :func:`lib.attention.causal_mask` aligns them (with n_q > n_k the first
+    ones are negative: those queries see no key under a causal mask)."""
+    return np.arange(n_q) + (n_k - n_q)
+
+
+# --------------------------------------------------------------------------- sinusoidal
+
+
+def frequencies(d: int, base: float = BASE) -> np.ndarray:
+    """The d / 2 angular frequencies ``base^(-2i / d)``, i = 0 .. d/2 - 1: from 1 radian per
+    position down to almost ``1 / base`` (float64)."""
+    return base ** (-np.arange(0, d, 2) / d)
+
+
+def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64) -> np.ndarray:
+    """Vaswani et al.'s table, (n, d_model): ``PE[p, 2i] = sin(p w_i)``,
+    ``PE[p, 2i + 1] = cos(p w_i)``, ``w_i = base^(-2i / d_model)`` (sin and cos interleaved,
+    as in the paper; d_model must be even)."""
+    n = V.count(n, "n", low=0)
+    d_model = V.count(d_model, "d_model")
+    V.even(d_model, "d_model", "sin and cos come in pairs")
+    base = V.positive(base, "base")
+    dtype = V.float_dtype(dtype)
+    angles = np.arange(n)[:, None] * frequencies(d_model, base)[None, :]  # (n, d/2)
+    table = np.empty((n, d_model))
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles)
+    return table.astype(dtype)
+
+
+def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:
+    """The (d_model, d_model) matrix R_k with ``PE[p + k] = PE[p] @ R_k`` for every p.
+
+    Block diagonal: for each frequency w_i, the 2 x 2 block on coordinates (2i, 2i + 1) is
+    ``[[cos(k w_i), -sin(k w_i)], [sin(k w_i), cos(k w_i)]]`` (the angle-addition formulas,
+    written for row vectors). It does not depend on p: a shift of position is the same
+    linear map everywhere. R_{-k} is its transpose (and its inverse).
+    """
+    k = V.integer(k, "k")
+    d_model = V.count(d_model, "d_model")
+    V.even(d_model, "d_model", "sin and cos come in pairs")
+    base = V.positive(base, "base")
+    angle = k * frequencies(d_model, base)
+    c, s = np.cos(angle), np.sin(angle)
+    R = np.zeros((d_model, d_model))
+    i = np.arange(0, d_model, 2)
+    R[i, i], R[i, i + 1] = c, -s
+    R[i + 1, i], R[i + 1, i + 1] = s, c
+    return R
+
+
+# --------------------------------------------------------------------------- RoPE
+
+
+@dataclass(frozen=True)
+class RoPE:
+    """Rotary position embedding's settings: the frequency base and the layout of the pairs
+    (``"half"`` or ``"interleaved"``, see the module's docstring). Checked when built."""
+
+    base: float = BASE
+    layout: str = "half"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base", V.positive(self.base, "base"))
+        V.one_of(self.layout, "layout", LAYOUTS)
+
+    def cos_sin(self, positions: np.ndarray, d_k: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin of the angle by which each coordinate's pair turns, (n, d_k): entry
+        (p, j) is for the pair that coordinate j belongs to, at position p (angle
+        ``p theta_i``), laid out as the layout pairs the coordinates. Computed in float64,
+        returned in ``dtype``. Unchecked: callers check."""
+        angles = np.asarray(positions, dtype=np.float64)[:, None] * frequencies(d_k, self.base)
+        if self.layout == "half":  # pair i is coordinates (i, i + d_k/2)
+            angles = np.concatenate([angles, angles], axis=-1)
+        else:  # interleaved: pair i is coordinates (2i, 2i + 1)
+            angles = np.repeat(angles, 2, axis=-1)
+        return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+    def partners(self, d_k: int, dtype=np.float64) -> np.ndarray:
+        """The (d_k, d_k) matrix P such that ``x @ P`` holds, at each coordinate, its pair
+        partner with the sign of a quarter turn: (a, b) -> (-b, a) for every pair (a, b).
+        Half-split: ``[-x2, x1]`` (transformers' ``rotate_half``); interleaved:
+        ``[-x1, x0, -x3, x2, ...]`` (GPT-J's ``rotate_every_two``)."""
+        P = np.zeros((d_k, d_k), dtype)
+        i = np.arange(d_k // 2)
+        first, second = (i, i + d_k // 2) if self.layout == "half" else (2 * i, 2 * i + 1)
+        P[second, first] = -1.0  # a pair's first coordinate gets minus its second
+        P[first, second] = 1.0  # and the second gets the first
+        return P
+
+    def rotate(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """x (..., n, d_k) with every pair (a, b) of row p turned by its angle:
+        ``(a cos - b sin, b cos + a sin)``, i.e. ``x * cos + (x @ P) * sin`` with P from
+        :meth:`partners` and cos, sin from :meth:`cos_sin`. Pass ``-sin`` to turn back
+        (the transpose of a rotation is its inverse). Unchecked."""
+        out = x @ self.partners(x.shape[-1], x.dtype)  # one small matrix product: faster
+        out *= sin  # than slicing the halves of a strided view
+        out += x * cos
+        return out
+
+
+def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.ndarray:
+    """RoPE: each pair of coordinates of the row of ``x`` at position p, turned by p theta_i.
+
+    x: (..., n, d_k) queries or keys of one or more heads, d_k even; positions: (n,)
+    integers, one per row. ``theta_i = base^(-2i / d_k)`` for pair i; ``layout`` says which
+    coordinates pair up: ``"half"`` (i with i + d_k/2; Llama in transformers) or
+    ``"interleaved"`` (2i with 2i + 1; the RoPE paper, GPT-J). Returns an array of x's shape
+    and dtype; lengths are kept (a rotation). Turning by ``-positions`` undoes it.
+    """
+    rope = RoPE(base, layout)
+    x = V.real_array(x, "x")
+    V.rank(x, "x", range(2, 33), "(..., n, d_k), with at least 2 axes")
+    V.even(x.shape[-1], "d_k", "RoPE turns pairs of coordinates")
+    positions = V.positions(positions, x.shape[-2])
+    V.finite(x, "x")
+    return rope.rotate(x, *rope.cos_sin(positions, x.shape[-1], x.dtype))
+
+
+# --------------------------------------------------------------------------- ALiBi
+
+
+def alibi_slopes(n_heads: int) -> np.ndarray:
+    """ALiBi's fixed slope of every head, (n_heads,), largest first.
+
+    For n heads, n a power of two, the geometric sequence that starts at ``2^(-8/n)`` and
+    has that ratio: ``m_h = 2^(-8 (h + 1) / n)``, h = 0 .. n - 1 (Press et al., 2022,
+    section 3; 8 heads: 1/2, 1/4, ..., 1/256). For other n, as in the authors' code: the
+    slopes of the largest power of two below n, then every other slope of the sequence for
+    twice that power, as many as are missing.
+    """
+    n_heads = V.count(n_heads, "n_heads")
+    below = 2 ** int(math.floor(math.log2(n_heads)))
+
+    def geometric(n: int) -> np.ndarray:
+        return 2.0 ** (-8.0 * np.arange(1, n + 1) / n)
+
+    extra = geometric(2 * below)[0::2][: n_heads - below]
+    return np.concatenate([geometric(below), extra])
+
+
+def alibi_bias(n_q: int, n_k: int, slopes) -> np.ndarray:
+    """ALiBi's bias, (heads, n_q, n_k): ``-slopes[h] * |i - j|`` for the query at position i
+    and the key at position j, to add to each head's scaled scores.
+
+    The queries are the last n_q positions of the n_k keys (positions n_k - n_q + 0, 1, ...),
+    as in :func:`lib.attention.causal_mask`. A causal model sees only j <= i, where the bias
+    is ``-m (i - j)``: 0 on the query itself, ``-m`` one step back, and so on. The paper's
+    bias for keys after the query is not defined (it is causal); here it is the same
+    penalty on the distance, as bidirectional uses of ALiBi do.
+    """
+    n_q = V.count(n_q, "n_q", low=0)
+    n_k = V.count(n_k, "n_k", low=0)
+    slopes = V.real_array(slopes, "slopes")
+    V.rank(slopes, "slopes", (1,), "(heads,)")
+    V.finite(slopes, "slopes")
+    distance = np.abs(query_positions(n_q, n_k)[:, None] - np.arange(n_k)[None, :])  # (n_q, n_k)
+    return -slopes[:, None, None] * distance.astype(slopes.dtype)[None]
