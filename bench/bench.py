@@ -414,7 +414,7 @@ def bench_torch(reps: int, threads: int, shapes=TORCH_SHAPES) -> list[str]:
                         + f" | {r_w:10.2f}x {r_mha:6.2f}x {r_sdpa:7.2f}x {noise:6.0%}"
                     )
                     where = f"{np.dtype(dtype).name} {(batch, n, d, h)}"
-                    if r_w > 1.0:  # issue 18: at every shape and dtype, with a mask or none
+                    if r_w > 1.0:  # the bar: at every shape and dtype, with a mask or none
                         kind = "causal" if causal else "no mask"
                         missed.append(f"{where} {kind}: lib+w / mha+w = {r_w:.2f} (target <= 1)")
                     if not causal:

@@ -1,4 +1,4 @@
-"""The "scale" section of `make bench`: the performance bars of notebook 10 (issue 18).
+"""The "scale" section of `make bench`: the performance bars of notebook 10.
 
 - causal attention: lib's blocked kernel (lib.blockwise.attention, causal=True) against
   torch's F.scaled_dot_product_attention(is_causal=True), and against itself with skipping
@@ -280,7 +280,7 @@ def bench_scale(reps: int) -> list:
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(1)
-    print("\n== Attention at scale (notebook 10): the performance bars of issue 18 ==")
+    print("\n== Attention at scale (notebook 10): its performance bars ==")
     print(
         f"one thread for NumPy's BLAS and for torch {torch.__version__} "
         f"({torch.backends.cpu.get_cpu_capability()}); ratios are medians over rounds of "

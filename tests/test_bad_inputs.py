@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from lib import attention as A
-from lib import backprop as B
+from lib import backprop as BP
 from lib import blockwise as BW
 from lib import kv_cache as KV
 from lib import lists as L
@@ -112,9 +112,9 @@ FORWARDS = {
     ),
     "multi_head_attention_reshape": lambda *a: A.multi_head_attention_reshape(*a),
     "multi_head_attention_per_head": lambda *a: A.multi_head_attention_per_head(*a),
-    "backprop.mha_forward": lambda *a: B.mha_forward(*a),
-    "backprop.mha_forward(rope)": lambda *a: B.mha_forward(*a, rope=POS.RoPE()),
-    "backprop.mha_forward(score_bias)": lambda *a: B.mha_forward(*a, score_bias=0.0),
+    "backprop.mha_forward": lambda *a: BP.mha_forward(*a),
+    "backprop.mha_forward(rope)": lambda *a: BP.mha_forward(*a, rope=POS.RoPE()),
+    "backprop.mha_forward(score_bias)": lambda *a: BP.mha_forward(*a, score_bias=0.0),
 }
 
 # (rule, arguments (x_q, x_kv, params, mask) built when called, error, fragments)
@@ -229,7 +229,7 @@ def targets():
 
 
 def mha_cache(dtype=np.float64, bias=True):
-    _, _, cache = B.mha_forward(x(dtype=dtype), x(dtype=dtype), params(bias, dtype))
+    _, _, cache = BP.mha_forward(x(dtype=dtype), x(dtype=dtype), params(bias, dtype))
     return cache
 
 
@@ -307,8 +307,8 @@ def huge_value_decoder():
 
 
 def score_bias_gradient_shape():
-    _, _, cache = B.mha_forward(x(), x(), params(), score_bias=np.ones(3))  # bias (n_k,)
-    assert B.mha_backward(x(), cache)["score_bias"].shape == (3,)
+    _, _, cache = BP.mha_forward(x(), x(), params(), score_bias=np.ones(3))  # bias (n_k,)
+    assert BP.mha_backward(x(), cache)["score_bias"].shape == (3,)
 
 
 def tiny_task(n, seq_len, r):
@@ -423,32 +423,32 @@ OTHER_ROWS = [
         E, ("dtype must be a floating-point dtype",)),
     # backprop
     Row("backprop.mha_forward", "head_mask shape",
-        lambda: B.mha_forward(x(), x(), params(), None, np.ones(3)), E,
+        lambda: BP.mha_forward(x(), x(), params(), None, np.ones(3)), E,
         ("head_mask must have shape (heads,) = (2,) or (batch, heads) = (2, 2), got (3,)",)),
     Row("backprop.mha_forward", "NaN in head_mask",
-        lambda: B.mha_forward(x(), x(), params(), None, [1.0, np.nan]), E,
+        lambda: BP.mha_forward(x(), x(), params(), None, [1.0, np.nan]), E,
         ("head_mask contains NaN or inf (first at index (1,)",)),
     Row("backprop.mha_forward", "head_mask as a list",
-        lambda: B.mha_forward(x(), x(), params(), None, [1.0, 0.5]), None),
+        lambda: BP.mha_forward(x(), x(), params(), None, [1.0, 0.5]), None),
     Row("backprop.mha_backward", "NaN in d_out",
-        lambda: B.mha_backward(x(at=(0, 2, 1)), mha_cache()), E,
+        lambda: BP.mha_backward(x(at=(0, 2, 1)), mha_cache()), E,
         ("d_out contains NaN or inf (first at index (0, 2, 1)",)),
     Row("backprop.mha_backward", "d_out shape",
-        lambda: B.mha_backward(np.ones((2, 2, 8)), mha_cache()), E,
+        lambda: BP.mha_backward(np.ones((2, 2, 8)), mha_cache()), E,
         ("d_out must have the output's shape (2, 3, 8), got (2, 2, 8)",)),
-    Row("backprop.mha_backward", "d_out as lists", lambda: B.mha_backward(
+    Row("backprop.mha_backward", "d_out as lists", lambda: BP.mha_backward(
         x().tolist(), mha_cache()), None),
     Row("backprop.mha_backward", "gradients overflow",
-        lambda: B.mha_backward(huge((2, 3, 8), 3e38), mha_cache(np.float32)), E,
+        lambda: BP.mha_backward(huge((2, 3, 8), 3e38), mha_cache(np.float32)), E,
         ("the gradient of", "overflow float32")),
     Row("backprop.softmax_backward", "NaN in weights",
-        lambda: B.softmax_backward(x((2, 3), at=(0, 1)), np.ones((2, 3))), E,
+        lambda: BP.softmax_backward(x((2, 3), at=(0, 1)), np.ones((2, 3))), E,
         ("weights contains NaN or inf (first at index (0, 1)",)),
     Row("backprop.softmax_backward", "inf in d_weights",
-        lambda: B.softmax_backward(np.ones((2, 3)), x((2, 3), at=(1, 1), value=np.inf)), E,
+        lambda: BP.softmax_backward(np.ones((2, 3)), x((2, 3), at=(1, 1), value=np.inf)), E,
         ("d_weights contains NaN or inf (first at index (1, 1)",)),
     Row("backprop.softmax_backward", "lists are converted",
-        lambda: B.softmax_backward([[0.5, 0.5]], [[1.0, 0.0]]), None),
+        lambda: BP.softmax_backward([[0.5, 0.5]], [[1.0, 0.0]]), None),
     # tiny
     Row("tiny.init_tiny_model", "float head count",
         lambda: T.init_tiny_model(5, 7, 8, 2.0, 4, rng()), E,
@@ -599,27 +599,27 @@ OTHER_ROWS = [
         lambda: POS.alibi_bias(2, 3, [0.5, 0.25]), None),
     # backprop: positions
     Row("backprop.mha_forward", "rope not a RoPE",
-        lambda: B.mha_forward(x(), x(), params(), rope="half"), E,
+        lambda: BP.mha_forward(x(), x(), params(), rope="half"), E,
         ("rope must be a lib.positions.RoPE, got str",)),
     Row("backprop.mha_forward", "RoPE with an odd d_k",
-        lambda: B.mha_forward(x((2, 3, 6)), x((2, 3, 6)), params(d=6, h=2), rope=POS.RoPE()), E,
+        lambda: BP.mha_forward(x((2, 3, 6)), x((2, 3, 6)), params(d=6, h=2), rope=POS.RoPE()), E,
         ("d_k must be even (RoPE turns pairs of coordinates), got 3",)),
     Row("backprop.mha_forward", "score_bias that would grow the scores",
-        lambda: B.mha_forward(x(), x(), params(), score_bias=np.zeros((1, 1, 1, 3, 3))), E,
+        lambda: BP.mha_forward(x(), x(), params(), score_bias=np.zeros((1, 1, 1, 3, 3))), E,
         ("score_bias of shape (1, 1, 1, 3, 3) cannot broadcast to the attention scores' "
          "shape (2, 2, 3, 3) (batch, heads, n_q, n_k)",)),
     Row("backprop.mha_forward", "NaN in score_bias",
-        lambda: B.mha_forward(x(), x(), params(), score_bias=x((3, 3), at=(2, 1))), E,
+        lambda: BP.mha_forward(x(), x(), params(), score_bias=x((3, 3), at=(2, 1))), E,
         ("score_bias contains NaN or inf (first at index (2, 1), shape (3, 3))",)),
     Row("backprop.mha_forward", "boolean score_bias",
-        lambda: B.mha_forward(x(), x(), params(), score_bias=np.ones((3, 3), bool)), E,
+        lambda: BP.mha_forward(x(), x(), params(), score_bias=np.ones((3, 3), bool)), E,
         ("score_bias must hold real numbers, got booleans",)),
     Row("backprop.mha_forward", "scores + score_bias overflow",
-        lambda: B.mha_forward(huge((2, 3, 8), 1e18), huge((2, 3, 8), 1e18),
+        lambda: BP.mha_forward(huge((2, 3, 8), 1e18), huge((2, 3, 8), 1e18),
                               identity_qk_params(), score_bias=huge((3, 3), 3.4e38)), E,
         ("the scores q k^T / sqrt(d_k) + score_bias overflow float32",)),
     Row("backprop.mha_forward", "turned scores overflow",
-        lambda: B.mha_forward(huge((2, 3, 8), 1e18), huge((2, 3, 8), 1e18),
+        lambda: BP.mha_forward(huge((2, 3, 8), 1e18), huge((2, 3, 8), 1e18),
                               identity_qk_params(), rope=POS.RoPE(),
                               score_bias=huge((3, 3), 3.4e38)), E,
         ("the scores q k^T / sqrt(d_k) turned by RoPE + score_bias overflow float32",)),

@@ -22,7 +22,7 @@ from lib import checks
 from lib import head_types as HT
 from lib import heads as H
 from lib import lists as L
-from lib import pruning as P
+from lib import pruning as PR
 from lib import tiny as T
 from lib.backprop import softmax_backward
 from lib.checks import CheckFailed
@@ -330,11 +330,11 @@ def prune(pick="weakest", base="start", keep_failing=False, answer="removed"):
     def run_pruning(model, data, max_drop):
         mask = np.ones(model.n_heads)
         start = previous = T.accuracy(model, *data, mask)
-        ranking = list(np.argsort(P.ablation_drops(model, *data), kind="stable"))
+        ranking = list(np.argsort(PR.ablation_drops(model, *data), kind="stable"))
         removed = []
         while mask.sum() > 1:
             alive = np.flatnonzero(mask)
-            drops = P.ablation_drops(model, *data, mask)
+            drops = PR.ablation_drops(model, *data, mask)
             if pick == "one-shot":
                 head = [h for h in ranking if mask[h]][0]
             else:
@@ -599,10 +599,10 @@ MUTANTS = {
         ("no sqrt", adam(root=False), "square root of v_hat"),
     ],
     "check_ablation_drops": [
-        ("sign", lambda *a: -P.ablation_drops(*a), "sign is flipped"),
+        ("sign", lambda *a: -PR.ablation_drops(*a), "sign is flipped"),
         (
             "accuracies",
-            lambda m, i, t: T.accuracy(m, i, t) - P.ablation_drops(m, i, t),
+            lambda m, i, t: T.accuracy(m, i, t) - PR.ablation_drops(m, i, t),
             "accuracies with each head off",
         ),
         (
@@ -616,8 +616,8 @@ MUTANTS = {
             "from 1",
             lambda m, i, t: (
                 1.0
-                - P.ablation_drops(m, i, t) * 0
-                - (T.accuracy(m, i, t) - P.ablation_drops(m, i, t))
+                - PR.ablation_drops(m, i, t) * 0
+                - (T.accuracy(m, i, t) - PR.ablation_drops(m, i, t))
             ),
             "not from 1",
         ),
@@ -703,7 +703,7 @@ MUTANTS = {
             lambda a, b: float(np.corrcoef(np.argsort(a), np.argsort(b))[0, 1]),
             "argsort of the argsort",
         ),
-        ("sign", lambda a, b: -P.spearman(a, b), "sign is flipped"),
+        ("sign", lambda a, b: -PR.spearman(a, b), "sign is flipped"),
     ],
     "check_target_score": [
         (

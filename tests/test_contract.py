@@ -21,7 +21,7 @@ from torch.nn import functional as F
 
 from lib import _validate as V
 from lib import attention as A
-from lib import backprop as B
+from lib import backprop as BP
 from lib import kv_cache as KV
 from lib import lists as L
 from lib import torch_bridge as TB
@@ -169,7 +169,7 @@ def test_every_forward_gives_the_same_answer(c):
     }
     bp_q = np.asarray(g_q)[None] if unbatched else g_q
     bp_kv = bp_q if g_kv is g_q else (np.asarray(g_kv)[None] if unbatched else g_kv)
-    out_b, w_b, _ = B.mha_forward(bp_q, bp_kv, params, mask)
+    out_b, w_b, _ = BP.mha_forward(bp_q, bp_kv, params, mask)
     results["mha_forward"] = (out_b[0], w_b[0]) if unbatched else (out_b, w_b)
     for name, (out, w) in results.items():
         assert out.dtype == dtype, name
@@ -261,7 +261,7 @@ def test_empty_sequences_have_a_defined_answer(c):
         "fast, no weights": A.multi_head_attention(x_q, x_kv, params, mask, need_weights=False),
         "reshape": A.multi_head_attention_reshape(x_q, x_kv, params, mask),
         "per head": A.multi_head_attention_per_head(x_q, x_kv, params, mask),
-        "mha_forward": B.mha_forward(x_q, x_kv, params, mask)[:2],
+        "mha_forward": BP.mha_forward(x_q, x_kv, params, mask)[:2],
     }
     for name, (out, w) in results.items():
         assert out.shape == want_out.shape and out.dtype == c["dtype"], name
@@ -269,8 +269,8 @@ def test_empty_sequences_have_a_defined_answer(c):
         if w is not None:
             assert w.shape == want_w.shape and w.dtype == c["dtype"], name
             np.testing.assert_array_equal(w, want_w, err_msg=name)
-    _, _, cache = B.mha_forward(x_q, x_kv, params, mask)
-    grads = B.mha_backward(np.ones_like(want_out), cache)
+    _, _, cache = BP.mha_forward(x_q, x_kv, params, mask)
+    grads = BP.mha_backward(np.ones_like(want_out), cache)
     for name, g in grads.items():
         assert np.isfinite(g).all(), name
     assert grads["x_q"].shape == x_q.shape and grads["x_kv"].shape == x_kv.shape

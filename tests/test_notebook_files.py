@@ -58,3 +58,38 @@ def test_paths_a_notebook_mentions_exist(path):
             if not (ROOT / mentioned).exists():
                 missing.add(mentioned)
     assert not missing, f"{path.name} mentions paths that do not exist: {sorted(missing)}"
+
+
+ALIAS = re.compile(r"^\s*from lib import (\w+) as (\w+)", re.M)
+
+
+def lib_aliases(paths) -> dict:
+    """{module: {alias: [files]}} for every `from lib import module as alias` in paths."""
+    found: dict = {}
+    for path in paths:
+        if path.suffix == ".ipynb":
+            nb = nbformat.read(path, as_version=4)
+            text = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        else:
+            text = path.read_text()
+        for module, alias in ALIAS.findall(text):
+            found.setdefault(module, {}).setdefault(alias, []).append(path.name)
+    return found
+
+
+def test_each_lib_module_has_one_alias_everywhere():
+    # One alias per module and one module per alias, in notebooks, tests, checks, bench and
+    # tools alike, so that `B.` means lib.bert wherever a reader meets it.
+    paths = [*NOTEBOOKS, *ROOT.glob("tests/*.py")]
+    for folder in ("lib", "bench", "tools"):
+        paths += (ROOT / folder).rglob("*.py")
+    found = lib_aliases(paths)
+    assert {"attention", "bert", "backprop", "plots", "pruning"} <= set(found)
+    several = {m: aliases for m, aliases in found.items() if len(aliases) > 1}
+    assert not several, f"modules imported under more than one alias: {several}"
+    owners: dict = {}
+    for module, aliases in found.items():
+        for alias in aliases:
+            owners.setdefault(alias, []).append(module)
+    shared = {a: ms for a, ms in owners.items() if len(ms) > 1}
+    assert not shared, f"aliases that name more than one module: {shared}"

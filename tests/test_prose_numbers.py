@@ -27,6 +27,10 @@ IGNORED = ("# NBVAL_IGNORE_OUTPUT",)
 # it is a timing cell, ignored by nbval): `python bench/bench.py --only loop`, five runs.
 _LOOP = "03 section 7: bench loop section, 5 runs (SkylakeX kernels, 1 thread)"
 
+# Notebook 10, sections 5 and 6, quote one run of make bench's scale section, recorded in the
+# README's "Benchmarks" (its cells beside are timing cells, ignored by nbval).
+_SCALE = "10: bench scale section, the run in the README's Benchmarks (SkylakeX kernels, 1 thread)"
+
 # (notebook number, number as written) -> why it may stand in the prose unprinted.
 ALLOWED: dict[tuple[str, str], str] = {
     # e.g. ("02", "1.8"): "float64's largest finite number, 1.8 x 10^308 (a constant)",
@@ -60,6 +64,13 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("09", "0.85"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
     ("09", "0.76"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
     ("09", "6.3"): "2 pi, the period in positions of RoPE's fastest pair (theta_0 = 1 radian)",
+    ("10", "0.46"): f"{_SCALE}: causal (2, 4096, 512, 8), lib skipping / not skipping",
+    ("10", "0.42"): f"{_SCALE}: causal (1, 8192, 512, 8), lib skipping / not skipping",
+    ("10", "1.10"): f"{_SCALE}: causal (2, 4096, 512, 8), lib / SDPA is_causal",
+    ("10", "1.12"): f"{_SCALE}: causal (1, 8192, 512, 8), lib / SDPA is_causal",
+    ("10", "87"): f"{_SCALE}: cached step vs recomputation after 512 tokens",
+    ("10", "161"): f"{_SCALE}: cached step vs recomputation after 1008 tokens",
+    ("10", "0.41"): f"{_SCALE}: decoding, lib / torch per token",
 }
 
 
