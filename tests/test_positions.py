@@ -213,10 +213,12 @@ def test_alibi_slopes_are_the_papers_for_8_and_16_heads():
 
 @pytest.mark.parametrize("n_heads", range(1, 41))
 def test_alibi_slopes_equal_blooms_for_every_head_count(n_heads):
-    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+    # BLOOM's public build_alibi_tensor (a helper computing the slopes alone exists in some
+    # transformers releases only): (heads, 1, n) holding slope * j, so position 1 is the slope.
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
-    theirs = _get_alibi_slopes(n_heads, torch.device("cpu")).double().numpy()  # float32 there
-    np.testing.assert_allclose(POS.alibi_slopes(n_heads), theirs, rtol=1e-6)
+    bias = build_alibi_tensor(torch.ones(1, 2), n_heads, torch.float64).numpy()  # float32 inside
+    np.testing.assert_allclose(POS.alibi_slopes(n_heads), bias[:, 0, 1], rtol=1e-6)
 
 
 @pytest.mark.parametrize("n_heads", [1, 2, 4, 8, 16, 32])
