@@ -93,3 +93,17 @@ def test_each_lib_module_has_one_alias_everywhere():
             owners.setdefault(alias, []).append(module)
     shared = {a: ms for a, ms in owners.items() if len(ms) > 1}
     assert not shared, f"aliases that name more than one module: {shared}"
+
+
+MAX_PROSE_WORDS = 250  # a prose cell longer than this is split (one idea per cell)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_no_prose_cell_is_longer_than_the_limit(path):
+    nb = nbformat.read(path, as_version=4)
+    long = {
+        index: len(cell.source.split())
+        for index, cell in enumerate(nb.cells)
+        if cell.cell_type == "markdown" and len(cell.source.split()) > MAX_PROSE_WORDS
+    }
+    assert not long, f"{path.name}: cells over {MAX_PROSE_WORDS} words (index: words): {long}"
