@@ -188,13 +188,20 @@ def bench_grading(students: int = 20) -> None:
 
 
 def _compare(work: Path) -> None:
-    """How often the two graders give a notebook the same score."""
+    """How often the two graders give a notebook the same score, and where they differ.
+
+    nbgrader's autograde gives up on a student's whole assignment at a notebook that is not
+    JSON or kills its kernel: the notebooks after it get 0 without being run. Those are
+    counted apart from any other difference, which is listed."""
     try:
         from nbgrader.api import Gradebook
     except ImportError:
         return
     ours = json.loads((work / "g1" / "gradebook.json").read_text())["notebooks"]
+    log = (work / "log.txt").read_text() if (work / "log.txt").exists() else ""
+    abandoned = set(re.findall(r"error processing assignment '\w+' for student '(\w+)'", log))
     same = total = 0
+    in_abandoned, elsewhere = 0, []
     with Gradebook(f"sqlite:///{work / 'gradebook.db'}") as gb:
         for student, notebooks in ours.items():
             for nb in notebooks:
@@ -204,5 +211,18 @@ def _compare(work: Path) -> None:
                     score = theirs.score
                 except Exception:  # noqa: BLE001 - not graded by nbgrader
                     score = None
-                same += score is not None and int(score) == nb["score"]
+                if score is not None and int(score) == nb["score"]:
+                    same += 1
+                elif student in abandoned:
+                    in_abandoned += 1
+                else:
+                    elsewhere.append(f"{student}/{nb['notebook']}: {nb['score']} vs {score}")
     print(f"  same score from both graders: {same} of {total} notebooks")
+    if in_abandoned:
+        print(
+            f"  {in_abandoned} differ in the {len(abandoned)} assignments nbgrader gave up on (a "
+            "notebook not JSON or killing its kernel: nbgrader scores the notebooks after it 0 "
+            "without running them; grade.py grades each)"
+        )
+    for line in elsewhere:
+        print(f"  differs (grade.py vs nbgrader): {line}")
