@@ -462,12 +462,7 @@ def params(p):
             f"params must be an MHAParams (see lib.attention.init_mha_params), got "
             f"{type(p).__name__}"
         )
-    arrays = [p.W_q, p.W_k, p.W_v, p.W_o]
-    if p.b_q is not None:
-        arrays += [p.b_q, p.b_k, p.b_v, p.b_o]
-    if not _finite_together(arrays):
-        for name, a in zip(PARAM_NAMES, arrays, strict=False):
-            finite(a, f"params.{name}")
+    _weights_and_biases_finite(p)
     return p
 
 
@@ -605,6 +600,17 @@ def gqa_param_fields(weights: dict, biases: dict, n_heads, n_kv_heads) -> tuple[
     return weights, biases
 
 
+def _weights_and_biases_finite(p) -> None:
+    """No NaN or inf in the weights and biases of an MHAParams or a GQAParams (the error
+    names the first array that has one, and where)."""
+    arrays = [p.W_q, p.W_k, p.W_v, p.W_o]
+    if p.b_q is not None:
+        arrays += [p.b_q, p.b_k, p.b_v, p.b_o]
+    if not _finite_together(arrays):
+        for name, a in zip(PARAM_NAMES, arrays, strict=False):
+            finite(a, f"params.{name}")
+
+
 def gqa_params(p):
     """``p`` is a GQAParams whose weights and biases hold no NaN or inf (see :func:`params`)."""
     from .kv_cache import GQAParams
@@ -614,12 +620,7 @@ def gqa_params(p):
             f"params must be a GQAParams (see lib.kv_cache.gqa_from_mha and init_gqa_params), "
             f"got {type(p).__name__}"
         )
-    arrays = [p.W_q, p.W_k, p.W_v, p.W_o]
-    if p.b_q is not None:
-        arrays += [p.b_q, p.b_k, p.b_v, p.b_o]
-    if not _finite_together(arrays):
-        for name, a in zip(PARAM_NAMES, arrays, strict=False):
-            finite(a, f"params.{name}")
+    _weights_and_biases_finite(p)
     return p
 
 
@@ -649,3 +650,19 @@ def cache_room(length: int, t: int, max_len: int) -> None:
             f"the KV cache holds at most max_len={max_len} tokens and has {length}: {t} more "
             "do not fit (build the Decoder with a larger max_len, or reset() it)"
         )
+
+
+def attention_inputs(q, k, v, attn_mask):
+    """The inputs of scaled dot-product attention, checked and returned as arrays: q, k, v
+    real, of at least 2 axes, sharing d_k (q, k) and n_k (k, v), leading axes that broadcast,
+    finite; the mask (if any) boolean and broadcasting to the scores (..., n_q, n_k)."""
+    q, k, v = real_array(q, "q"), real_array(k, "k"), real_array(v, "v")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
+    same_d_k(q.shape, k.shape)
+    same_keys(k.shape, v.shape)
+    lead = leading_axes({"q": q.shape, "k": k.shape, "v": v.shape})
+    finite_all({"q": q, "k": k, "v": v})
+    if attn_mask is not None:
+        attn_mask = mask(attn_mask, lead + (q.shape[-2], k.shape[-2]))
+    return q, k, v, attn_mask

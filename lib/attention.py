@@ -102,15 +102,7 @@ def scaled_dot_product_attention(
     Returns (output (..., n_q, d_v), weights (..., n_q, n_k)). With no keys (n_k = 0) the
     weights are (..., n_q, 0) and the output is 0.
     """
-    q, k, v = V.real_array(q, "q"), V.real_array(k, "k"), V.real_array(v, "v")
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        V.rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
-    V.same_d_k(q.shape, k.shape)
-    V.same_keys(k.shape, v.shape)
-    lead = V.leading_axes({"q": q.shape, "k": k.shape, "v": v.shape})
-    V.finite_all({"q": q, "k": k, "v": v})
-    if mask is not None:
-        mask = V.mask(mask, lead + (q.shape[-2], k.shape[-2]))
+    q, k, v, mask = V.attention_inputs(q, k, v, mask)
     result = _attention(q, k, v, mask)
     if result is None:  # (the output, weighted means of v's rows, cannot overflow)
         raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})

@@ -148,7 +148,7 @@ def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, b
     Written for reading, not speed: a Python loop over tiles. :func:`attention` is the
     fast exact kernel.
     """
-    q, k, v, mask = _checked_core_inputs(q, k, v, mask)
+    q, k, v, mask = V.attention_inputs(q, k, v, mask)
     block_q = V.count(block_q, "block_q")
     block_k = V.count(block_k, "block_k")
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -344,7 +344,7 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
     measure what skipping saves. Memory beyond the output: one block of scores
     (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend to gets 0.
     """
-    q, k, v, mask = _checked_core_inputs(q, k, v, mask)
+    q, k, v, mask = V.attention_inputs(q, k, v, mask)
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     n_q, n_k = q.shape[-2], k.shape[-2]
     dtype = np.result_type(q, k, v)
@@ -383,21 +383,6 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
             )
             out *= top
     return out
-
-
-def _checked_core_inputs(q, k, v, mask):
-    """q, k, v (real arrays of at least 2 axes, sharing d_k and n_k, leading axes that
-    broadcast, finite) and the mask (boolean, broadcasting to the scores)."""
-    q, k, v = V.real_array(q, "q"), V.real_array(k, "k"), V.real_array(v, "v")
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        V.rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
-    V.same_d_k(q.shape, k.shape)
-    V.same_keys(k.shape, v.shape)
-    lead = V.leading_axes({"q": q.shape, "k": k.shape, "v": v.shape})
-    V.finite_all({"q": q, "k": k, "v": v})
-    if mask is not None:
-        mask = V.mask(mask, lead + (q.shape[-2], k.shape[-2]))
-    return q, k, v, mask
 
 
 # --------------------------------------------------------------------------- multi-head
