@@ -107,3 +107,19 @@ def test_no_prose_cell_is_longer_than_the_limit(path):
         if cell.cell_type == "markdown" and len(cell.source.split()) > MAX_PROSE_WORDS
     }
     assert not long, f"{path.name}: cells over {MAX_PROSE_WORDS} words (index: words): {long}"
+
+
+MAX_OUTPUT_CHARS = 100  # what JupyterLab's output area shows unwrapped at 100 % zoom
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_no_printed_line_wraps_in_jupyterlab(path):
+    # A longer line wraps in JupyterLab, possibly mid-number; tables become unreadable.
+    nb = nbformat.read(path, as_version=4)
+    long = []
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            text = output.get("text") or output.get("data", {}).get("text/plain", "")
+            lengths = [len(line) for line in text.split("\n")]
+            long += [(index, n) for n in lengths if n > MAX_OUTPUT_CHARS]
+    assert not long, f"{path.name}: (cell, characters) of lines over {MAX_OUTPUT_CHARS}: {long}"
