@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import rejects, stub
+from test_check_mutants import from_torch as from_torch_answer  # with switches for mistakes
 from test_checks_robustness import to_torch_mask, torch_attention
 
 from lib import attention as A
@@ -106,27 +107,6 @@ def test_torch_mask_transposed_square_masks_are_named():
 
 
 # --------------------------------------------------------------------------- exercise 2
-
-
-def from_torch_answer(transpose=True, order=(0, 1, 2), reshape=False, w_o_t=True, biases=True):
-    def read(m):
-        d = m.embed_dim
-        weight = m.in_proj_weight.detach().numpy()
-        if reshape:
-            blocks = np.split(weight.reshape(d, 3 * d), 3, axis=1)
-        else:
-            blocks = [weight[i * d : (i + 1) * d] for i in range(3)]
-            blocks = [b.T for b in blocks] if transpose else blocks
-        blocks = [blocks[i] for i in order]
-        W_o = m.out_proj.weight.detach().numpy()
-        W_o = W_o.T if w_o_t else W_o
-        if m.in_proj_bias is None or not biases:
-            return A.MHAParams(*blocks, W_o, m.num_heads)
-        b = m.in_proj_bias.detach().numpy()
-        b_qkv = [b[i * d : (i + 1) * d] for i in order]
-        return A.MHAParams(*blocks, W_o, m.num_heads, *b_qkv, m.out_proj.bias.detach().numpy())
-
-    return read
 
 
 def test_from_torch_mistakes():
