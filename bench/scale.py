@@ -1,8 +1,9 @@
 """The "scale" section of `make bench`: the performance bars of notebook 10.
 
 - causal attention: lib's blocked kernel (lib.blockwise.attention, causal=True) against
-  torch's F.scaled_dot_product_attention(is_causal=True), and against itself with skipping
-  turned off, on the attention core (q, k, v) of two long-sequence shapes, float32;
+  torch's F.scaled_dot_product_attention(is_causal=True), against itself with skipping
+  turned off, and against itself with its tiles turned off (blocks of whole query rows), on
+  the attention core (q, k, v) of two long-sequence shapes, float32;
 - memory: NumPy's peak allocation (tracemalloc) of exact attention at n = 16384, d = 64, one
   head, as a share of one n x n float32 buffer, and the time against the plain
   (unblocked) form at the largest n whose n x n buffers fit in the memory available;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 import tracemalloc
 
@@ -58,18 +60,31 @@ def qkv(batch, n, d_model, heads, dtype=np.float32, seed=0):
     return tuple(rng.normal(size=shape).astype(dtype) for _ in range(3))
 
 
+def rows_only(fn, *args, **kwargs):
+    """fn with lib's tiles turned off (lib.blockwise.TILES_MIN_KEYS out of reach): the
+    kernel of blocks of whole query rows, to measure what the tiles gain."""
+    old = BW.TILES_MIN_KEYS
+    BW.TILES_MIN_KEYS = sys.maxsize
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        BW.TILES_MIN_KEYS = old
+
+
 def bench_causal(reps: int, bars: list) -> None:
     import torch
     from torch.nn import functional as F
 
     print("\n-- causal attention core, float32: q, k, v of (batch, heads, n, d_k) --")
-    print("lib       BW.attention(q, k, v, causal=True): blocks of query rows skip the keys")
-    print("          after the last one their rows may attend to")
+    print("lib       BW.attention(q, k, v, causal=True): tiles (the scores are small here) skip")
+    print("          the keys after the last one their rows may attend to")
     print("lib noskip  the same with skip_masked_blocks=False (every key computed, then masked)")
+    print("lib rows  the same as lib with its tiles turned off: blocks of whole query rows")
     print("sdpa      F.scaled_dot_product_attention(q, k, v, is_causal=True)")
     print(
-        f"{'batch':>5} {'n':>5} {'d':>4} {'h':>2} | {'lib':>10} {'lib noskip':>10} {'sdpa':>10} "
-        f"| {'lib/sdpa':>8} {'lib/noskip':>10} {'spread':>6}"
+        f"{'batch':>5} {'n':>5} {'d':>4} {'h':>2} | {'lib':>10} {'lib noskip':>10} "
+        f"{'lib rows':>10} {'sdpa':>10} | {'lib/sdpa':>8} {'lib/noskip':>10} {'lib/rows':>8} "
+        f"{'spread':>6}"
     )
     for batch, n, d, h in CAUSAL_SHAPES:
         q, k, v = qkv(batch, n, d, h)
@@ -89,15 +104,18 @@ def bench_causal(reps: int, bars: list) -> None:
             "noskip": lambda q=q, k=k, v=v: BW.attention(
                 q, k, v, causal=True, skip_masked_blocks=False
             ),
+            "rows": lambda q=q, k=k, v=v: rows_only(BW.attention, q, k, v, causal=True),
             "sdpa": sdpa,
         }
         t = interleaved_times(contenders, reps=max(6, reps // (n // 1024)))
         med = {name: statistics.median(ts) for name, ts in t.items()}
         r_sdpa, r_skip = median_ratio(t, "lib", "sdpa"), median_ratio(t, "lib", "noskip")
+        r_rows = median_ratio(t, "lib", "rows")
         noise = max(spread(ts) for ts in t.values())
         print(
             f"{batch:5d} {n:5d} {d:4d} {h:2d} | {fmt_time(med['lib'])} {fmt_time(med['noskip'])} "
-            f"{fmt_time(med['sdpa'])} | {r_sdpa:7.2f}x {r_skip:9.2f}x {noise:6.0%}"
+            f"{fmt_time(med['rows'])} {fmt_time(med['sdpa'])} | {r_sdpa:7.2f}x {r_skip:9.2f}x "
+            f"{r_rows:7.2f}x {noise:6.0%}"
         )
         where = f"causal {(batch, n, d, h)}"
         bars.append((f"{where}: lib / sdpa(is_causal)", r_sdpa, 1.0))

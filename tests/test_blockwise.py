@@ -3,12 +3,12 @@ kernel against the plain form of notebook 02 and against PyTorch's SDPA, on gene
 shapes, masks and block sizes; the memory the kernel needs; what skipping masked blocks
 leaves out."""
 
-import contextlib
 import tracemalloc
 
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_TILES, kernel_sizes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn import functional as F
@@ -20,14 +20,9 @@ seeds = st.integers(min_value=0, max_value=2**32 - 1)
 TOL = {np.float64: 1e-10, np.float32: 1e-5}
 
 
-@contextlib.contextmanager
-def row_block_bytes(size):
-    old = BW.ROW_BLOCK_BYTES, BW.CAUSAL_MIN_ROWS
-    BW.ROW_BLOCK_BYTES, BW.CAUSAL_MIN_ROWS = size, 1
-    try:
-        yield
-    finally:
-        BW.ROW_BLOCK_BYTES, BW.CAUSAL_MIN_ROWS = old
+def row_block_bytes(size, tiles=False):
+    """Blocks of query rows of `size` bytes; with `tiles`, tiny tiles (helpers.TINY_TILES)."""
+    return kernel_sizes(ROW_BLOCK_BYTES=size, CAUSAL_MIN_ROWS=1, **(TINY_TILES if tiles else {}))
 
 
 @st.composite
@@ -42,6 +37,7 @@ def cases(draw):
         block_q=draw(st.integers(1, 13)),
         block_k=draw(st.integers(1, 13)),
         row_bytes=draw(st.sampled_from([8, 64, 8 << 20])),
+        tiles=draw(st.booleans()),  # tiny tiles: used whenever the scores are small
         scale=draw(st.sampled_from([1.0, 8.0])),  # 8: scores too large to skip the max
         dtype=draw(st.sampled_from([np.float64, np.float32])),
         seed=draw(seeds),
@@ -79,7 +75,7 @@ def test_blockwise_forms_equal_the_plain_one(c):
     online = BW.online_softmax_attention(
         q, k, v, mask, causal=causal, block_q=c["block_q"], block_k=c["block_k"]
     )
-    with row_block_bytes(c["row_bytes"]):
+    with row_block_bytes(c["row_bytes"], c["tiles"]):
         fast = BW.attention(q, k, v, mask, causal=causal)
         unskipped = BW.attention(q, k, v, mask, causal=causal, skip_masked_blocks=False)
     for name, got in (("online", online), ("fast", fast), ("unskipped", unskipped)):
@@ -148,19 +144,20 @@ def test_the_online_update_gives_the_softmax_however_the_keys_are_split(rows, n,
 
 def test_the_blocked_kernel_needs_one_block_of_scores_not_the_matrix():
     """Peak memory NumPy allocates beyond the inputs and the output, measured by
-    tracemalloc: at most one block of scores (ROW_BLOCK_BYTES) and a little more, against
-    the n x n matrix the plain form needs."""
+    tracemalloc: with small scores one tile (TILE_BYTES), with large ones one block of rows
+    (ROW_BLOCK_BYTES), and a little more; the plain form needs the n x n matrix."""
     n, d = 4096, 16
     rng = np.random.default_rng(1)
     q, k, v = (rng.normal(size=(n, d)).astype(np.float32) for _ in range(3))
     out_bytes = n * d * 4
-    for causal in (False, True):
-        tracemalloc.start()
-        BW.attention(q, k, v, causal=causal)
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        assert peak - out_bytes <= BW.ROW_BLOCK_BYTES + 8 * n * d + (1 << 16), peak
-        assert peak < 0.15 * n * n * 4  # the n x n float32 matrix: 64 MiB
+    for scale, block in ((1, BW.TILE_BYTES), (8, BW.ROW_BLOCK_BYTES)):  # 8: large scores
+        for causal in (False, True):
+            tracemalloc.start()
+            BW.attention(scale * q, k, v, causal=causal)
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            assert peak - out_bytes <= block + 12 * n * d + (1 << 16), (scale, causal, peak)
+            assert peak < 0.15 * n * n * 4  # the n x n float32 matrix: 64 MiB
     tracemalloc.start()
     A.scaled_dot_product_attention(q, k, v)
     _, peak = tracemalloc.get_traced_memory()
@@ -168,29 +165,136 @@ def test_the_blocked_kernel_needs_one_block_of_scores_not_the_matrix():
     assert peak >= n * n * 4
 
 
-def test_skipping_leaves_out_the_blocks_no_query_reaches():
-    """With a causal mask and B blocks of rows, (1 + 1/B) / 2 of the scores are computed:
-    count the keys each block multiplies by spying on the kernel's products."""
-    n = 1024
-    rng = np.random.default_rng(2)
-    q, k, v = (rng.normal(size=(1, 1, n, 8)) for _ in range(3))
-    computed = {}
+def count_scores(kernel, q, k, v, plan, **options):
+    """How many scores (q_i . k_j products) a kernel computes, by spying on its products:
+    those whose left factor is a block of q (d_k columns) and whose right factor has d_k
+    rows (k transposed)."""
+    d_k = q.shape[-1]
+    computed = 0
     real_matmul = np.matmul
 
     def counting(a, b, out=None):
-        if out is not None and out.ndim == 4 and out.shape[-1] > 8:  # the scores q k^T
-            computed[skip] = computed.get(skip, 0) + out.size
+        nonlocal computed
+        if a.shape[-1] == d_k and b.shape[-2] == d_k and out is not None:
+            computed += out.size
         return real_matmul(a, b, out=out)
 
-    for skip in (True, False):
-        BW.np.matmul = counting
-        try:
-            BW.attend_in_blocks(q, k, v, np.empty_like(q), None, BW.causal_plan(n, n), skip=skip)
-        finally:
-            BW.np.matmul = real_matmul
+    BW.np.matmul = counting
+    try:
+        kernel(q, k, v, np.empty_like(q), plan=plan, **options)
+    finally:
+        BW.np.matmul = real_matmul
+    return computed
+
+
+def test_skipping_leaves_out_the_blocks_no_query_reaches():
+    """With a causal mask and B blocks of rows, (1 + 1/B) / 2 of the scores are computed.
+    Blocks of rows are the kernel when the scores are too large to skip the maximum."""
+    n = 1024
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.normal(size=(1, 1, n, 8)) for _ in range(3))
+    computed = {
+        skip: count_scores(BW.attend_in_blocks, q, k, v, BW.causal_plan(n, n), skip=skip)
+        for skip in (True, False)
+    }
     blocks = n // max(BW.CAUSAL_MIN_ROWS, -(-n // BW.CAUSAL_BLOCKS))
     assert computed[False] == n * n
     assert computed[True] == n * n * (1 + 1 / blocks) / 2
+
+
+@pytest.mark.parametrize("n", [2048, 1000])
+def test_tiles_compute_the_causal_triangle_and_half_a_strip_per_strip(n):
+    """With small scores the tiles compute every score the causal mask allows and, for each
+    strip of S rows on the diagonal, the S (S - 1) / 2 above it; without skipping, all n^2."""
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.normal(size=(1, 1, n, 8)) / 4 for _ in range(3))
+    plan = BW.causal_plan(n, n)
+    strip = BW.STRIP_ROWS
+    strips = [min(strip, n - s0) for s0 in range(0, n, strip)]
+    want = n * (n + 1) // 2 + sum(s * (s - 1) // 2 for s in strips)
+    assert count_scores(BW.attend_in_tiles, q, k, v, plan) == want
+    assert count_scores(BW.attend_in_tiles, q, k, v, plan, skip=False) == n * n
+    assert want / n**2 < 0.5 + strip / (2 * n) + 1e-9
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(st.integers(0, 23), min_size=1, max_size=17),
+    st.integers(1, 7),
+    st.integers(1, 9),
+    st.booleans(),
+)
+def test_row_tiles_cover_each_reachable_score_once(reach, keys, strip_keys, skip):
+    """Every (row, key) pair with key < reach[row] lies in exactly one tile, every other pair
+    in at most one, and masked there; a tile is masked from the first key some of its rows
+    cannot reach, and only then; with skip, no tile has a key none of its rows reaches."""
+    reach = np.array(reach)
+    n_k = int(reach.max()) + 3
+    n_rows = len(reach)
+    covered = np.zeros((n_rows, n_k), int)
+    started = np.zeros(n_rows, bool)
+    with kernel_sizes(STRIP_ROWS=3):
+        tiles = list(BW.row_tiles(reach, n_k, keys, strip_keys, skip=skip))
+    for rows, ks, masked_from, first in tiles:
+        row_ids = np.arange(n_rows)[rows]
+        assert first == (not started[row_ids].any()), (rows, ks)
+        assert first or started[row_ids].all()
+        started[row_ids] = True
+        covered[rows, ks] += 1
+        reachable = np.arange(ks.start, ks.stop)[None, :] < reach[row_ids, None]
+        if masked_from is None:
+            assert reachable.all()
+        else:
+            assert reachable[:, : masked_from - ks.start].all()
+            assert not reachable[:, masked_from - ks.start :].all(axis=0).any()
+        if skip:
+            assert reachable.any(axis=0).all()  # no key that none of its rows reaches
+    want = np.arange(n_k)[None, :] < reach[:, None]
+    assert (covered[want] == 1).all() and covered.max() <= 1  # unreachable ones: masked
+    if not skip:
+        np.testing.assert_array_equal(covered, np.ones_like(covered))
+    assert started[reach > 0].all()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("kind", ["none", "causal", "causal flag", "padding", "causal&padding"])
+def test_small_scores_take_the_tiles_and_agree_with_the_plain_form(dtype, kind):
+    """The tiles are lib's kernel whenever the scores are small, the weights are not kept and
+    the mask is a prefix mask; cut tiny here, they must still give the plain form's answer,
+    with some queries that may attend to nothing."""
+    rng = np.random.default_rng(7)
+    n_q, n_k = 13, 17
+    q, k, v = (rng.normal(size=(3, 2, n, 4)).astype(dtype) for n in (n_q, n_k, n_k))
+    mask, causal = None, kind == "causal flag"
+    if kind in ("causal", "causal&padding"):
+        mask = A.causal_mask(n_q, n_k)
+    if kind in ("padding", "causal&padding"):
+        pad = (np.arange(n_k) < np.array([0, 5, 17])[:, None])[:, None, None, :]  # (3, 1, 1, n_k)
+        mask = pad if mask is None else mask & pad
+    full = A.causal_mask(n_q, n_k) if causal else mask
+    want, _ = A.scaled_dot_product_attention(
+        q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), full
+    )
+    calls = []
+    real = BW.attend_in_tiles
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("skip", True))
+        return real(*args, **kwargs)
+
+    BW.attend_in_tiles = spy
+    try:
+        with kernel_sizes(**TINY_TILES):
+            got = {
+                skip: BW.attention(q, k, v, mask, causal=causal, skip_masked_blocks=skip)
+                for skip in (True, False)
+            }
+    finally:
+        BW.attend_in_tiles = real
+    assert calls == [True, False]
+    for skip, out in got.items():
+        assert out.dtype == dtype
+        np.testing.assert_allclose(out, want, rtol=TOL[dtype], atol=TOL[dtype], err_msg=skip)
 
 
 def test_huge_values_give_their_weighted_mean_not_an_overflow():

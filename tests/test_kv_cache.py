@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_TILES, kernel_sizes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn import functional as F
@@ -90,7 +91,8 @@ def torch_gqa(params: KV.GQAParams, x_q, x_kv, mask, repeat: bool):
 def test_gqa_matches_torch_and_the_same_layer_as_multi_head(c):
     params, x_q, x_kv, mask = build(c)
     out, weights = KV.gqa_attention(x_q, x_kv, params, mask)
-    out_only, none = KV.gqa_attention(x_q, x_kv, params, mask, need_weights=False)
+    with kernel_sizes(**TINY_TILES):  # without weights, small scores take the tiles
+        out_only, none = KV.gqa_attention(x_q, x_kv, params, mask, need_weights=False)
     tol = TOL[c["dtype"]]
     assert out.dtype == weights.dtype == c["dtype"] and none is None
     assert weights.shape == (c["batch"], params.n_heads, x_q.shape[1], x_kv.shape[1])
@@ -187,10 +189,16 @@ class TorchDecoder:
     st.booleans(),
     st.sampled_from([np.float64, np.float32]),
     seeds,
+    st.booleans(),
 )
 def test_decoding_with_a_cache_equals_recomputing_and_torch(
-    batch, heads, d_k, steps, bias, dtype, seed
+    batch, heads, d_k, steps, bias, dtype, seed, tiles
 ):
+    with kernel_sizes(**(TINY_TILES if tiles else {})):  # tiny tiles: prompts use them
+        decode_and_compare(batch, heads, d_k, steps, bias, dtype, seed)
+
+
+def decode_and_compare(batch, heads, d_k, steps, bias, dtype, seed):
     h, kv = heads
     rng = np.random.default_rng(seed)
     d = h * d_k

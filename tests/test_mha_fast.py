@@ -1,16 +1,15 @@
 """lib's fast multi-head attention (blocks, fused QKV, skipped max, skipped masked keys)
 against the plain reshape version notebook 03 derives."""
 
-import contextlib
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import TINY_TILES, kernel_sizes
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lib import attention as A
-from lib import blockwise as BW
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 
@@ -20,16 +19,12 @@ def rng():
     return np.random.default_rng(5)
 
 
-@contextlib.contextmanager
-def block_bytes(rows, group=None):
+def block_bytes(rows, group=None, tiles=False):
     """Make the blocks tiny, so that a small problem is cut into many blocks: blocks of
-    query rows of `rows` bytes, groups of whole score matrices of `group` bytes."""
-    old = BW.ROW_BLOCK_BYTES, BW.GROUP_BYTES
-    BW.ROW_BLOCK_BYTES, BW.GROUP_BYTES = rows, rows if group is None else group
-    try:
-        yield
-    finally:
-        BW.ROW_BLOCK_BYTES, BW.GROUP_BYTES = old
+    query rows of `rows` bytes, groups of whole score matrices of `group` bytes; with
+    `tiles`, tiny tiles (helpers.TINY_TILES)."""
+    group = rows if group is None else group
+    return kernel_sizes(ROW_BLOCK_BYTES=rows, GROUP_BYTES=group, **(TINY_TILES if tiles else {}))
 
 
 def random_mask(rng, kind, batch, h, n_q, n_k):
@@ -63,6 +58,7 @@ def cases(draw):
         scale=draw(st.sampled_from([1.0, 30.0])),  # 30: scores too big to skip the max
         block=draw(st.sampled_from([8, 40, 200, 2 << 20])),
         group=draw(st.sampled_from([8, 40, 200, 1000, 2 << 20])),
+        tiles=draw(st.booleans()),
         dtype=draw(st.sampled_from([np.float64, np.float32])),
         seed=draw(seeds),
     )
@@ -78,7 +74,7 @@ def test_fast_version_equals_the_reshape_version(c):
     x_kv = x_q if c["self_attention"] else rng.normal(size=(c["batch"], n_k, d)).astype(c["dtype"])
     mask = random_mask(rng, c["mask"], c["batch"], c["h"], c["n_q"], n_k)
     want_out, want_w = A.multi_head_attention_reshape(x_q, x_kv, params, mask)
-    with block_bytes(c["block"], c["group"]):
+    with block_bytes(c["block"], c["group"], c["tiles"]):
         out, w = A.multi_head_attention(x_q, x_kv, params, mask)
         out_only, none = A.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
     tol = 1e-4 if c["dtype"] == np.float32 else 1e-10
