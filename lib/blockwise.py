@@ -379,6 +379,11 @@ def attend_in_tiles(q, k, v, heads_out, plan: MaskPlan | None = None, *, skip=Tr
     None); the output only. Memory: one tile of scores (:data:`TILE_BYTES`) and a row block's
     sums, whatever n is. A query with nothing to attend to gets 0.
     """
+    if plan is not None and plan.add is not None:  # tiles would silently drop this mask
+        raise ValueError(
+            "attend_in_tiles takes no mask or a prefix mask (plan.add is None); this mask "
+            "blocks keys before ones it allows: use attend_in_blocks"
+        )
     batch, h, n_q, d_k = q.shape
     n_k, d_v = k.shape[2], v.shape[3]
     dtype = np.result_type(q, k, v)

@@ -297,6 +297,16 @@ def test_small_scores_take_the_tiles_and_agree_with_the_plain_form(dtype, kind):
         np.testing.assert_allclose(out, want, rtol=TOL[dtype], atol=TOL[dtype], err_msg=skip)
 
 
+def test_tiles_refuse_a_mask_they_cannot_apply():
+    """A mask that blocks a key before one it allows is not a prefix mask: the tiles, which
+    apply only prefix masks, must say so rather than ignore it."""
+    q = k = v = np.zeros((1, 1, 3, 2))
+    plan = BW.mask_plan(np.array([[[[True, False, True]]]]), 3, np.float64)
+    assert plan.add is not None
+    with pytest.raises(ValueError, match="prefix mask"):
+        BW.attend_in_tiles(q, k, v, np.empty_like(q), plan)
+
+
 def test_huge_values_give_their_weighted_mean_not_an_overflow():
     q = np.ones((2, 4), np.float32)
     v = np.full((3, 2), 3e38, np.float32)
