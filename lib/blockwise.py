@@ -462,15 +462,17 @@ def unread_values_finite(v: np.ndarray, plan: MaskPlan | None) -> bool:
 
 
 def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> np.ndarray:
-    """Exact softmax(q k^T / sqrt(d_k)) v with lib's blocked kernel: the output only.
+    """Exact softmax(q k^T / sqrt(d_k)) v with lib's blocked kernels: the output only.
 
     q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v), leading axes broadcast;
     mask: boolean, broadcastable to (..., n_q, n_k), True = may attend. ``causal=True``:
     query i may attend to keys 0 .. i + (n_k - n_q) (as :func:`lib.attention.causal_mask`),
     with no mask array built. A block of queries skips the keys none of its rows may
     attend to; ``skip_masked_blocks=False`` computes them anyway (and masks them), to
-    measure what skipping saves. Memory beyond the output: one block of scores
-    (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend to gets 0.
+    measure what skipping saves. Memory beyond the output: one tile of scores
+    (:data:`TILE_BYTES`) when every score is small (:func:`attend_in_tiles`), else one block
+    of query rows (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend
+    to gets 0.
     """
     q, k, v, mask = V.attention_inputs(q, k, v, mask)
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
