@@ -384,7 +384,7 @@ def attend_in_tiles(q, k, v, heads_out, plan: MaskPlan | None = None, *, skip=Tr
             "attend_in_tiles takes no mask or a prefix mask (plan.add is None); this mask "
             "blocks keys before ones it allows: use attend_in_blocks"
         )
-    batch, h, n_q, d_k = q.shape
+    batch, h, n_q, _ = q.shape
     n_k, d_v = k.shape[2], v.shape[3]
     dtype = np.result_type(q, k, v)
     keys = max(1, TILE_BYTES // dtype.itemsize // TILE_ROWS)
