@@ -214,7 +214,7 @@ def test_bad_submissions_score_0_with_the_reason_and_the_batch_goes_on(tmp_path)
             "--jobs",
             "2",
             "--cell-timeout",
-            "3",
+            "8",  # far above what a good cell takes, even on a busy machine
             "--quiet",
         ]
     )
@@ -233,7 +233,7 @@ def test_bad_submissions_score_0_with_the_reason_and_the_batch_goes_on(tmp_path)
     data = json.loads((out / "gradebook.json").read_text())
     status = {s: (nbs[0]["status"], nbs[0]["reason"]) for s, nbs in data["notebooks"].items()}
     assert status["a_dies"][0] == "kernel died"
-    assert status["b_loops"] == ("timeout", "cell 2 ran longer than 3 s")
+    assert status["b_loops"] == ("timeout", "cell 2 ran longer than 8 s")
     assert status["d_not_json"][0] == "not a notebook" and "not JSON" in status["d_not_json"][1]
     assert status["e_unreadable"][0] == "unreadable"
     assert status["f_not_a_notebook"][0] == "not a notebook"
