@@ -384,9 +384,10 @@ def attend_in_tiles(q, k, v, heads_out, plan: MaskPlan | None = None, *, skip=Tr
     of :func:`online_softmax_update` with the maximum held at 0).
 
     The exponential is taken in base 2, exp(s) = 2^(s log2(e)), with log2(e) folded into a
-    row block of q (:data:`LOG2_E`), and K^T is copied once per head into a C-ordered buffer
-    (:data:`TILE_ROWS` says what each measured). A tile's masked scores are set to 0 after
-    the exponential, not to -inf before it: exp2 of -inf took NumPy's slow path.
+    row block of q, and K^T is copied once per head into a C-ordered buffer (what each
+    gained is measured in :data:`LOG2_E` and :data:`TILE_ROWS`). A tile's masked scores are
+    set to 0 after the exponential, not to -inf before it: exp2 of -inf took NumPy's slow
+    path.
 
     Arguments as :func:`attend_in_blocks` (``plan``: None or a prefix mask, ``plan.add`` is
     None); the output only. Memory: one tile of scores (:data:`TILE_BYTES`), one head's K^T
