@@ -15,9 +15,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from . import rounding as R
+
 
 def _check_weights(weights) -> np.ndarray:
-    weights = np.asarray(weights, dtype=float)
+    given = np.asarray(weights)
+    dtype = given.dtype if given.dtype in (np.float32, np.float64) else np.float64
+    weights = given.astype(np.float64)
     if weights.ndim < 3:
         raise ValueError(
             f"expected attention weights (..., heads, n_q, n_k), got shape {weights.shape}"
@@ -27,7 +31,12 @@ def _check_weights(weights) -> np.ndarray:
     if (weights < 0).any():
         raise ValueError(f"attention weights must be >= 0, found {weights.min():.3g}")
     sums = weights.sum(axis=-1)
-    bad = ~(np.isclose(sums, 1.0, atol=1e-6) | (sums == 0))
+    # how far from 1 a softmax computed in the weights' dtype may sum (lib.rounding): each
+    # weight e_j / sum_i e_i off by exp's, the sum's and the division's roundings, n_k + 2 in
+    # all, and up to one exp and one product more per key in an online softmax
+    n_k = weights.shape[-1]
+    slack = R.tolerance(dtype, 2 * n_k + R.FUNCTION_DEPTH + 2 + n_k * (R.FUNCTION_DEPTH + 1))
+    bad = ~((np.abs(sums - 1.0) <= slack) | (sums == 0))
     if bad.any():
         raise ValueError(
             "every row of attention weights must sum to 1 (or be all 0 for a query with "
@@ -42,7 +51,11 @@ def row_entropy(weights) -> np.ndarray:
     0 means all weight on one key; log(k) means spread evenly over k keys. A row of zeros
     (nothing to attend to) has entropy 0. Uses 0 * log 0 = 0.
     """
-    weights = _check_weights(weights)
+    return _entropy(_check_weights(weights))
+
+
+def _entropy(weights: np.ndarray) -> np.ndarray:
+    """row_entropy of weights already checked (and in float64)."""
     logs = np.log(weights, out=np.zeros_like(weights), where=weights > 0)
     return -(weights * logs).sum(axis=-1)
 
@@ -55,7 +68,7 @@ def head_entropy(weights) -> np.ndarray:
     :func:`head_entropy_normalised`.
     """
     weights = _check_weights(weights)
-    ent = row_entropy(weights)  # (..., heads, n_q)
+    ent = _entropy(weights)  # (..., heads, n_q)
     valid = weights.sum(axis=-1) > 0  # queries that attended to something
     head_axis = weights.ndim - 3
     other = tuple(a for a in range(ent.ndim) if a != head_axis)
@@ -71,7 +84,7 @@ def head_entropy_normalised(weights, mask) -> np.ndarray:
     weights = _check_weights(weights)
     mask = np.broadcast_to(np.asarray(mask, dtype=bool), weights.shape)
     allowed = mask.sum(axis=-1)  # (..., heads, n_q)
-    ent = row_entropy(weights)
+    ent = _entropy(weights)
     use = allowed > 1
     ratio = np.divide(ent, np.log(np.maximum(allowed, 2)), where=use, out=np.zeros_like(ent))
     head_axis = weights.ndim - 3

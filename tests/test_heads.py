@@ -5,6 +5,7 @@ import math
 import matplotlib
 import numpy as np
 import pytest
+from helpers import assert_within, weight_statistics_tolerance
 
 from lib import attention as A
 from lib import heads as H
@@ -16,13 +17,15 @@ from lib import plots  # noqa: E402  (after choosing the non-interactive backend
 
 def test_row_entropy_uniform_one_hot_and_empty():
     w = np.array([[[0.25] * 4, [1.0, 0, 0, 0], [0.0] * 4]])  # (1 head, 3 queries, 4 keys)
-    np.testing.assert_allclose(H.row_entropy(w[None]), [[[math.log(4), 0.0, 0.0]]])
+    tol = weight_statistics_tolerance(w) * math.log(4)  # entropies up to log 4, not 1
+    assert_within(H.row_entropy(w[None]), [[[math.log(4), 0.0, 0.0]]], tol)
 
 
 def test_head_entropy_skips_queries_with_nothing_to_attend_to():
     uniform = np.full((2, 2), 0.5)
     w = np.stack([uniform, np.array([[1.0, 0.0], [0.0, 0.0]])])[None]  # (1, 2, 2, 2)
-    np.testing.assert_allclose(H.head_entropy(w), [math.log(2), 0.0])
+    tol = weight_statistics_tolerance(w) * math.log(2)
+    assert_within(H.head_entropy(w), [math.log(2), 0.0], tol)
 
 
 def test_head_entropy_matches_a_direct_loop():
@@ -34,7 +37,8 @@ def test_head_entropy_matches_a_direct_loop():
         np.mean([-sum(a * math.log(a) for a in row if a > 0) for b in range(3) for row in w[b, h]])
         for h in range(4)
     ]
-    np.testing.assert_allclose(H.head_entropy(w), expected)
+    tol = weight_statistics_tolerance(w) * math.log(5)  # entropies up to log n_k
+    assert_within(H.head_entropy(w), expected, tol)
 
 
 def test_normalised_entropy_is_one_for_uniform_over_allowed_keys():
@@ -42,17 +46,29 @@ def test_normalised_entropy_is_one_for_uniform_over_allowed_keys():
     mask = A.causal_mask(n)
     w = mask / mask.sum(-1, keepdims=True)  # uniform over the allowed keys
     w = np.broadcast_to(w, (2, 3, n, n))
-    np.testing.assert_allclose(H.head_entropy_normalised(w, mask), 1.0)
+    assert_within(H.head_entropy_normalised(w, mask), 1.0, weight_statistics_tolerance(w))
     prev = np.eye(n, k=-1)
     prev[0, 0] = 1.0  # previous-token head: query 0 can only look at itself
-    np.testing.assert_allclose(H.head_entropy_normalised(prev[None, None], mask), 0.0)
+    np.testing.assert_array_equal(H.head_entropy_normalised(prev[None, None], mask), 0.0)
 
 
 def test_head_similarity():
     a = np.eye(3)
     b = np.roll(np.eye(3), 1, axis=1)
     sim = H.head_similarity(np.stack([a, a, b])[None])
-    np.testing.assert_allclose(sim, [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
+    assert_within(sim, [[1, 1, 0], [1, 1, 0], [0, 0, 1]], weight_statistics_tolerance(a) * 3)
+
+
+def test_weights_are_accepted_as_far_from_summing_to_1_as_rounding_allows():
+    """float32 softmax rows over 64 keys may sum to 1 within what lib.rounding allows
+    (2 n_k + 10 + 9 n_k roundings, about 8.5e-5 here), not within a guessed 1e-6; 1% off is
+    still refused."""
+    w = np.full((1, 1, 2, 64), 1 / 64, np.float32)
+    w[0, 0, 0, 0] += np.float32(5e-5)  # a row 5e-5 over: rounding could do that
+    assert H.head_entropy(w).shape == (1,)
+    w[0, 0, 1, 0] += np.float32(0.01)
+    with pytest.raises(ValueError, match="sum to 1"):
+        H.head_entropy(w)
 
 
 @pytest.mark.parametrize(
@@ -95,8 +111,8 @@ def test_offset_score():
     prev = np.eye(n, k=-1)
     prev[0, 0] = 1.0
     w = np.stack([prev, np.eye(n)])[None]  # head 0: previous token, head 1: itself
-    np.testing.assert_allclose(H.offset_score(w, -1), [1.0, 0.0])
-    np.testing.assert_allclose(H.offset_score(w, 0), [0.25, 1.0])
+    np.testing.assert_array_equal(H.offset_score(w, -1), [1.0, 0.0])  # sums of 0s and 1s
+    np.testing.assert_array_equal(H.offset_score(w, 0), [0.25, 1.0])
     with pytest.raises(ValueError, match="offset=4"):
         H.offset_score(w, 4)
 
@@ -168,8 +184,9 @@ def test_head_count_sweep_measures_each_seeded_run_on_the_held_out_data():
         assert model.n_heads == key[0]
         assert run["accuracy"] == T.accuracy(model, *held_out)  # held out, after training
         w = model.forward(held_out[0])[1]
-        np.testing.assert_allclose(run["entropy"], H.head_entropy_normalised(w, mask))
-        np.testing.assert_allclose(run["mean_weights"], w.mean(axis=0))
+        tol = weight_statistics_tolerance(w)
+        assert_within(run["entropy"], H.head_entropy_normalised(w, mask), tol, "entropy")
+        assert_within(run["mean_weights"], w.mean(axis=0), tol, "mean weights")
         assert (run["steps"] is not None) == (run["accuracy"] >= 0.8)  # it stopped there
         assert run["steps"] is None or run["steps"] % 10 == 0
     assert {r["steps"] for r in results.values()} - {None}, "no run reached the target"
