@@ -4,6 +4,8 @@ Import the module you need; each one belongs to the notebook that derives it:
 
 - ``lib.lists``: attention on plain Python lists (notebook 01).
 - ``lib.toy``: the toy vocabulary, sentence and weights of notebooks 01-03.
+- ``lib.rounding``: how far apart two correct floating-point computations can be, the
+  tolerance every comparison uses (notebook 02).
 - ``lib.attention``: NumPy softmax, masks, scaled dot-product and multi-head attention
   (notebooks 02 and 03).
 - ``lib.heads``: entropy, offset scores and similarity of heads (notebook 04).

@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from helpers import assert_within, mha_tolerances
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn import functional as F
@@ -27,7 +28,6 @@ from lib import lists as L
 from lib import torch_bridge as TB
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
-TOL = {np.float64: 1e-10, np.float32: 1e-4}
 BIASES = ("b_q", "b_k", "b_v", "b_o")
 
 
@@ -143,7 +143,6 @@ def test_every_forward_gives_the_same_answer(c):
     params = A.MHAParams(**g_weights, n_heads=c["h"], **g_biases)
     assert params.has_bias == all(c["biases"])
     dtype = np.float64 if c["lists"] else c["dtype"]
-    tol = TOL[c["dtype"]]
     unbatched = c["unbatched"] and c["batch"] == 1
 
     # the reference: the reshape version on float64 copies
@@ -155,8 +154,11 @@ def test_every_forward_gives_the_same_answer(c):
     x64 = x_q.astype(np.float64)
     kv64 = x64 if x_kv is x_q else x_kv.astype(np.float64)
     want_out, want_w = A.multi_head_attention_reshape(x64, kv64, p64, mask)
+    # tolerances derived from the error model (tests/helpers.py), per entry, in the dtype the
+    # forwards compute in; torch and the lists are compared in their own dtypes below
+    w_tol, out_tol = mha_tolerances(dtype, x64, kv64, p64, mask)
     if unbatched:
-        want_out, want_w = want_out[0], want_w[0]
+        want_out, want_w, w_tol, out_tol = want_out[0], want_w[0], w_tol[0], out_tol[0]
 
     results = {
         "fast": A.multi_head_attention(g_q, g_kv, params, mask),
@@ -173,12 +175,12 @@ def test_every_forward_gives_the_same_answer(c):
     results["mha_forward"] = (out_b[0], w_b[0]) if unbatched else (out_b, w_b)
     for name, (out, w) in results.items():
         assert out.dtype == dtype, name
-        np.testing.assert_allclose(out, want_out, rtol=tol, atol=tol, err_msg=name)
+        assert_within(out, want_out, out_tol, name)
         if name == "fast, no weights":
             assert w is None
         else:
             assert w.dtype == dtype, name
-            np.testing.assert_allclose(w, want_w, rtol=tol, atol=tol, err_msg=name)
+            assert_within(w, want_w, w_tol, name)
 
     # lists: no biases, and one (n_q, n_k) mask for every sequence and head
     if not any(c["biases"]) and (mask is None or mask.ndim < 3 or mask.shape[-3] == 1):
@@ -190,14 +192,15 @@ def test_every_forward_gives_the_same_answer(c):
             W = [W.astype(np.float64).tolist() for W in weights.values()]
             out_b = want_out[None] if unbatched else want_out
             w_b = want_w[None] if unbatched else want_w
+            w_tol64, out_tol64 = mha_tolerances(np.float64, x64, kv64, p64, mask)
             for b in range(c["batch"]):
                 kv = x_q[b] if x_kv is x_q else x_kv[b]
                 out_l, w_l = L.multi_head_attention(
                     x_q[b].astype(np.float64).tolist(), kv.astype(np.float64).tolist(), *W,
                     c["h"], m,
                 )  # fmt: skip
-                np.testing.assert_allclose(out_l, out_b[b], rtol=tol, atol=tol)
-                np.testing.assert_allclose(w_l, w_b[b], rtol=tol, atol=tol)
+                assert_within(out_l, out_b[b], out_tol64[b], "lists")
+                assert_within(w_l, w_b[b], w_tol64[b], "lists, weights")
 
     # PyTorch: SDPA in code written here (every row), and nn.MultiheadAttention loaded by
     # lib.torch_bridge (every row where some key may be attended: torch gives NaN elsewhere)
@@ -207,9 +210,8 @@ def test_every_forward_gives_the_same_answer(c):
     full = (batch, c["h"], n_q, n_k)
     mask4 = None if mask is None else np.broadcast_to(mask, full)
     want_b = want_out[None] if unbatched else want_out
-    np.testing.assert_allclose(
-        torch_reference(xb_q, xb_kv, params, mask4), want_b, rtol=tol, atol=tol
-    )
+    w_tol_b, out_tol_b = mha_tolerances(xb_q.dtype, x64, kv64, p64, mask)
+    assert_within(torch_reference(xb_q, xb_kv, params, mask4), want_b, out_tol_b, "torch SDPA")
     module = TB.to_torch_mha(params)
     tq = torch.from_numpy(np.ascontiguousarray(xb_q))
     tkv = tq if xb_kv is xb_q else torch.from_numpy(np.ascontiguousarray(xb_kv))
@@ -221,8 +223,8 @@ def test_every_forward_gives_the_same_answer(c):
     seen = np.ones(full[:3], bool) if mask4 is None else mask4.any(axis=-1)  # (batch, h, n_q)
     rows = seen.all(axis=1)  # queries that see some key in every head
     want_w_b = want_w[None] if unbatched else want_w
-    np.testing.assert_allclose(t_out.numpy()[rows], want_b[rows], rtol=tol, atol=tol)
-    np.testing.assert_allclose(t_w.numpy()[seen], want_w_b[seen], rtol=tol, atol=tol)
+    assert_within(t_out.numpy()[rows], want_b[rows], out_tol_b[rows], "nn.MultiheadAttention")
+    assert_within(t_w.numpy()[seen], want_w_b[seen], w_tol_b[seen], "its weights")
 
 
 # --------------------------------------------------------------------------- empty sequences
@@ -317,4 +319,4 @@ def test_a_missing_bias_is_written_as_zeros():
     x = rng.normal(size=(2, 4, 6))
     out, _ = A.multi_head_attention(x, x, no_b_k)
     t_out, _ = TB.to_torch_mha(no_b_k)(*(torch.from_numpy(x),) * 3)
-    np.testing.assert_allclose(out, t_out.detach().numpy(), rtol=1e-10, atol=1e-10)
+    assert_within(out, t_out.detach().numpy(), mha_tolerances(np.float64, x, x, no_b_k)[1])

@@ -5,11 +5,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import TINY_TILES, kernel_sizes
+from helpers import TINY_TILES, assert_within, kernel_sizes, mha_tolerances
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lib import attention as A
+from lib import rounding as R
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 
@@ -77,11 +78,11 @@ def test_fast_version_equals_the_reshape_version(c):
     with block_bytes(c["block"], c["group"], c["tiles"]):
         out, w = A.multi_head_attention(x_q, x_kv, params, mask)
         out_only, none = A.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
-    tol = 1e-4 if c["dtype"] == np.float32 else 1e-10
+    w_tol, out_tol = mha_tolerances(c["dtype"], x_q, x_kv, params, mask)
     assert out.dtype == w.dtype == out_only.dtype == c["dtype"] and none is None
-    np.testing.assert_allclose(w, want_w, rtol=tol, atol=tol)
-    np.testing.assert_allclose(out, want_out, rtol=tol, atol=tol * c["scale"])
-    np.testing.assert_allclose(out_only, want_out, rtol=tol, atol=tol * c["scale"])
+    assert_within(w, want_w, w_tol, "weights")
+    assert_within(out, want_out, out_tol, "output")
+    assert_within(out_only, want_out, out_tol, "output without weights")
 
 
 def test_huge_scores_take_the_stable_path_and_stay_finite(rng):
@@ -90,8 +91,9 @@ def test_huge_scores_take_the_stable_path_and_stay_finite(rng):
     out, w = A.multi_head_attention(x, x, params, A.causal_mask(5))
     want_out, want_w = A.multi_head_attention_reshape(x, x, params, A.causal_mask(5))
     assert np.isfinite(out).all() and np.isfinite(w).all()
-    np.testing.assert_allclose(w, want_w, atol=1e-12)
-    np.testing.assert_allclose(out, want_out, rtol=1e-10, atol=1e-8)
+    w_tol, out_tol = mha_tolerances(np.float64, x, x, params, A.causal_mask(5))
+    assert_within(w, want_w, w_tol, "weights")
+    assert_within(out, want_out, out_tol, "output")
 
 
 @pytest.mark.parametrize("need_weights", [True, False])
@@ -103,12 +105,16 @@ def test_fully_masked_rows_and_blocks_give_zero(rng, need_weights):
     mask[1] = False  # all of sequence 1: every block of it is empty
     with block_bytes(2 * 6 * 8):  # two query rows per block
         out, w = A.multi_head_attention(x, x, params, mask, need_weights=need_weights)
-    np.testing.assert_allclose(out[0, 1], params.b_o)
-    np.testing.assert_allclose(out[1], np.broadcast_to(params.b_o, (6, 8)))
+    np.testing.assert_array_equal(out[0, 1], params.b_o)  # 0 @ W_o + b_o: exact
+    np.testing.assert_array_equal(out[1], np.broadcast_to(params.b_o, (6, 8)))
     if need_weights:
         np.testing.assert_array_equal(w[0, :, 1], 0.0)
         np.testing.assert_array_equal(w[1], 0.0)
-        np.testing.assert_allclose(np.delete(w[0], 1, axis=1).sum(-1), 1.0)
+        w_tol = mha_tolerances(np.float64, x, x, params, mask)[0]  # each weight's ...
+        sum_tol = np.delete(w_tol[0], 1, axis=1).sum(-1) + R.tolerance(
+            np.float64, 6
+        )  # ... + 6 sums
+        assert_within(np.delete(w[0], 1, axis=1).sum(-1), 1.0, sum_tol, "row sums")
 
 
 def test_unbatched_without_weights(rng):
@@ -116,7 +122,8 @@ def test_unbatched_without_weights(rng):
     x = rng.normal(size=(4, 6))
     out, w = A.multi_head_attention(x, x, params, need_weights=False)
     assert w is None and out.shape == (4, 6)
-    np.testing.assert_allclose(out, A.multi_head_attention_reshape(x, x, params)[0])
+    want = A.multi_head_attention_reshape(x, x, params)[0]
+    assert_within(out, want, mha_tolerances(np.float64, x, x, params)[1])
 
 
 def test_self_attention_by_identity_and_by_equal_copies_agree(rng):
@@ -125,8 +132,9 @@ def test_self_attention_by_identity_and_by_equal_copies_agree(rng):
     x = rng.normal(size=(2, 5, 8))
     fused = A.multi_head_attention(x, x, params)
     separate = A.multi_head_attention(x, x.copy(), params)
-    for a, b in zip(fused, separate, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    tols = mha_tolerances(np.float64, x, x, params)[::-1]  # (output, weights), as returned
+    for a, b, tol, name in zip(fused, separate, tols, ("output", "weights"), strict=True):
+        assert_within(a, b, tol, name)
 
 
 def test_bad_parameters_and_overflow_are_reported(rng):
@@ -150,8 +158,9 @@ def test_huge_queries_whose_scores_fit_are_not_an_error(rng):
     out, w = A.multi_head_attention(huge, x, params)
     want_out, want_w = A.multi_head_attention_reshape(huge, x, params)
     assert np.isfinite(out).all()
-    np.testing.assert_allclose(w, want_w, atol=1e-6)
-    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-5)
+    w_tol, out_tol = mha_tolerances(np.float32, huge, x, params)
+    assert_within(w, want_w, w_tol, "weights")
+    assert_within(out, want_out, out_tol, "output")
 
 
 def test_overflow_in_the_values_or_output_is_reported(rng):

@@ -3,11 +3,13 @@ agree on random shapes, and attention has the invariances it must have."""
 
 import numpy as np
 import scipy.special
+from helpers import assert_within, mha_tolerances, sdpa_tolerances, softmax_tolerances
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lib import attention as A
 from lib import lists as L
+from lib import rounding as R
 
 dims = st.integers(min_value=1, max_value=6)
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
@@ -39,15 +41,19 @@ def _inputs(case):
 @given(st.integers(1, 5), st.integers(1, 7), seeds)
 def test_softmax_matches_scipy(rows, cols, seed):
     x = np.random.default_rng(seed).normal(scale=30.0, size=(rows, cols))
-    np.testing.assert_allclose(A.softmax(x), scipy.special.softmax(x, axis=-1), rtol=1e-12)
-    np.testing.assert_allclose(A.softmax(x + 123.0), A.softmax(x), rtol=1e-12, atol=1e-15)
+    tol = softmax_tolerances(np.float64, x)
+    assert_within(A.softmax(x), scipy.special.softmax(x, axis=-1), tol, "scipy")
+    shifted = x + 123.0  # each score rounded once more, on |x| + 123
+    tol = softmax_tolerances(np.float64, x, ds=R.tolerance(np.float64, 1, np.abs(x) + 123) / 2)
+    assert_within(A.softmax(shifted), A.softmax(x), tol, "shifted")
 
 
 @given(st.lists(st.floats(-50, 50), min_size=1, max_size=8), st.data())
 def test_list_softmax_matches_numpy_with_masked_entries(row, data):
     masked = data.draw(st.lists(st.booleans(), min_size=len(row), max_size=len(row)))
     row = [float("-inf") if m else x for x, m in zip(row, masked, strict=True)]
-    np.testing.assert_allclose(L.softmax(row), A.softmax(np.array(row)), rtol=1e-12, atol=1e-300)
+    tol = softmax_tolerances(np.float64, np.array(row))
+    assert_within(L.softmax(row), A.softmax(np.array(row)), tol)
 
 
 @given(dims, dims, dims, dims, st.booleans(), seeds)
@@ -59,8 +65,9 @@ def test_list_attention_equals_numpy_attention(n_q, n_k, d_k, d_v, causal, seed)
         q.tolist(), k.tolist(), v.tolist(), None if mask is None else mask.tolist()
     )
     out_n, w_n = A.scaled_dot_product_attention(q, k, v, mask)
-    np.testing.assert_allclose(out_l, out_n, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(w_l, w_n, rtol=1e-10, atol=1e-12)
+    w_tol, out_tol = sdpa_tolerances(np.float64, q, k, v, mask)
+    assert_within(out_l, out_n, out_tol, "output")
+    assert_within(w_l, w_n, w_tol, "weights")
 
 
 @given(mha_cases(), st.booleans())
@@ -71,8 +78,9 @@ def test_three_multi_head_versions_agree(case, causal):
     mask = A.causal_mask(n_q, n_k) if causal else None
     out, w = A.multi_head_attention(x_q, x_kv, params, mask)
     out_loop, w_loop = A.multi_head_attention_per_head(x_q, x_kv, params, mask)
-    np.testing.assert_allclose(out, out_loop, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(w, w_loop, rtol=1e-10, atol=1e-12)
+    w_tol, out_tol = mha_tolerances(np.float64, x_q, x_kv, params, mask)
+    assert_within(out, out_loop, out_tol, "per head")
+    assert_within(w, w_loop, w_tol, "per head, weights")
     if params.has_bias:
         return  # the list version has no biases
     for b in range(x_q.shape[0]):
@@ -86,18 +94,19 @@ def test_three_multi_head_versions_agree(case, causal):
             params.n_heads,
             None if mask is None else mask.tolist(),
         )
-        np.testing.assert_allclose(out_l, out[b], rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(w_l, w[b], rtol=1e-10, atol=1e-12)
+        assert_within(out_l, out[b], out_tol[b], "lists")
+        assert_within(w_l, w[b], w_tol[b], "lists, weights")
 
 
 @given(mha_cases())
 def test_batch_elements_are_independent(case):
     _, params, x_q, x_kv = _inputs(case)
     out, w = A.multi_head_attention(x_q, x_kv, params)
+    w_tol, out_tol = mha_tolerances(np.float64, x_q, x_kv, params)
     for b in range(x_q.shape[0]):
         out_b, w_b = A.multi_head_attention(x_q[b : b + 1], x_kv[b : b + 1], params)
-        np.testing.assert_allclose(out_b[0], out[b], rtol=1e-12, atol=1e-14)
-        np.testing.assert_allclose(w_b[0], w[b], rtol=1e-12, atol=1e-14)
+        assert_within(out_b[0], out[b], out_tol[b], "output")
+        assert_within(w_b[0], w[b], w_tol[b], "weights")
 
 
 @given(mha_cases(), st.data())
@@ -109,9 +118,11 @@ def test_causality_future_tokens_never_change_earlier_outputs(case, data):
     changed[:, t + 1 :] = rng.normal(scale=10.0, size=changed[:, t + 1 :].shape)
     out, w = A.multi_head_attention(x, x, params, A.causal_mask(n))
     out2, w2 = A.multi_head_attention(changed, changed, params, A.causal_mask(n))
-    np.testing.assert_allclose(out2[:, : t + 1], out[:, : t + 1], rtol=0, atol=1e-12)
+    # positions up to t see the same numbers in both runs, so the same bounds
+    w_tol, out_tol = mha_tolerances(np.float64, x, x, params, A.causal_mask(n))
+    assert_within(out2[:, : t + 1], out[:, : t + 1], out_tol[:, : t + 1], "output")
     np.testing.assert_array_equal(w[..., :, t + 1 :][..., : t + 1, :], 0.0)
-    np.testing.assert_allclose(w2[..., : t + 1, :], w[..., : t + 1, :], rtol=0, atol=1e-12)
+    assert_within(w2[..., : t + 1, :], w[..., : t + 1, :], w_tol[..., : t + 1, :], "weights")
 
 
 @given(mha_cases(), st.data())
@@ -125,8 +136,11 @@ def test_padded_keys_never_change_any_output(case, data):
         changed[b, length:] = rng.normal(scale=10.0, size=changed[b, length:].shape)
     out, w = A.multi_head_attention(x_q, x_kv, params, mask)
     out2, _ = A.multi_head_attention(x_q, changed, params, mask)
-    np.testing.assert_allclose(out2, out, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-12)
+    # padded keys get weight 0, so their values enter neither output nor its bound
+    w_tol, out_tol = mha_tolerances(np.float64, x_q, x_kv, params, mask)
+    assert_within(out2, out, out_tol, "output")
+    sum_tol = w_tol.sum(-1) + R.tolerance(np.float64, n_k)  # the weights' errors + n_k sums
+    assert_within(w.sum(-1), 1.0, sum_tol, "row sums")
 
 
 @given(mha_cases(), st.data())
@@ -135,8 +149,9 @@ def test_permuting_keys_permutes_weights_and_keeps_outputs(case, data):
     perm = np.array(data.draw(st.permutations(range(x_kv.shape[1]))))
     out, w = A.multi_head_attention(x_q, x_kv, params)
     out_p, w_p = A.multi_head_attention(x_q, x_kv[:, perm], params)
-    np.testing.assert_allclose(out_p, out, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(w_p, w[..., perm], rtol=1e-10, atol=1e-12)
+    w_tol, out_tol = mha_tolerances(np.float64, x_q, x_kv, params)
+    assert_within(out_p, out, out_tol, "output")
+    assert_within(w_p, w[..., perm], w_tol[..., perm], "weights")
 
 
 @given(mha_cases())
@@ -151,4 +166,11 @@ def test_float32_agrees_with_float64(case):
     out64, _ = A.multi_head_attention(x_q, x_kv, params)
     out32, w32 = A.multi_head_attention(x_q.astype(np.float32), x_kv.astype(np.float32), p32)
     assert out32.dtype == np.float32 and w32.dtype == np.float32
-    np.testing.assert_allclose(out32, out64, rtol=1e-4, atol=1e-5)
+    # the reference: float64 on the same (float32) numbers, so that only the arithmetic differs
+    x32, kv32 = x_q.astype(np.float32), x_kv.astype(np.float32)
+    want, _ = A.multi_head_attention(
+        x32.astype(np.float64), kv32.astype(np.float64),
+        A.MHAParams(**{n: (v.astype(np.float64) if isinstance(v, np.ndarray) else v)
+                       for n, v in vars(p32).items()}),
+    )  # fmt: skip
+    assert_within(out32, want, mha_tolerances(np.float32, x32, kv32, p32)[1], "float32")
