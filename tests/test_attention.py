@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import (
+from tolerances import (
     assert_within,
     mha_tolerances,
     sdpa_tolerances,

@@ -8,7 +8,9 @@ rounding error, which mha_errors bounds).
 
 import numpy as np
 import pytest
-from helpers import (
+from hypothesis import given
+from hypothesis import strategies as st
+from tolerances import (
     assert_gradient,
     assert_within,
     loss_error,
@@ -16,8 +18,6 @@ from helpers import (
     mha_tolerances,
     softmax_errors,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 from lib import attention as A
 from lib import positions as POS

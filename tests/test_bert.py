@@ -16,10 +16,10 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 import numpy as np
 import pytest
 import torch
-from helpers import RANDOM, WORST, assert_within, mha_errors, projection_errors
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
+from tolerances import RANDOM, WORST, assert_within, mha_errors, projection_errors
 from transformers import BertConfig, BertModel
 
 from lib import bert as B

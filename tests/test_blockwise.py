@@ -8,16 +8,10 @@ import tracemalloc
 import numpy as np
 import pytest
 import torch
-from helpers import (
-    TINY_TILES,
-    assert_within,
-    kernel_sizes,
-    mha_tolerances,
-    sdpa_tolerances,
-    softmax_tolerances,
-)
+from helpers import TINY_TILES, kernel_sizes
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerances import assert_within, mha_tolerances, sdpa_tolerances, softmax_tolerances
 from torch.nn import functional as F
 
 from lib import attention as A

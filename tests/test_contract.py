@@ -15,9 +15,9 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from helpers import assert_within, mha_tolerances
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerances import assert_within, mha_tolerances
 from torch.nn import functional as F
 
 from lib import _validate as V

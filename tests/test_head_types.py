@@ -3,9 +3,9 @@ input and against direct loops."""
 
 import numpy as np
 import pytest
-from helpers import assert_within, weight_statistics_tolerance
 from hypothesis import given
 from hypothesis import strategies as st
+from tolerances import assert_within, weight_statistics_tolerance
 
 from lib import attention as A
 from lib import head_types as HT

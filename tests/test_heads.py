@@ -5,7 +5,7 @@ import math
 import matplotlib
 import numpy as np
 import pytest
-from helpers import assert_within, weight_statistics_tolerance
+from tolerances import assert_within, weight_statistics_tolerance
 
 from lib import attention as A
 from lib import heads as H

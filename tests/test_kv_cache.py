@@ -9,9 +9,10 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_TILES, assert_within, kernel_sizes, mha_tolerances
+from helpers import TINY_TILES, kernel_sizes
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerances import assert_within, mha_tolerances
 from torch.nn import functional as F
 
 from lib import attention as A

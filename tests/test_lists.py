@@ -5,7 +5,7 @@ import random
 
 import numpy as np
 import pytest
-from helpers import assert_within, sdpa_tolerances, softmax_tolerances
+from tolerances import assert_within, sdpa_tolerances, softmax_tolerances
 
 from lib import lists as L
 from lib import rounding as R

@@ -5,9 +5,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import TINY_TILES, assert_within, kernel_sizes, mha_tolerances
+from helpers import TINY_TILES, kernel_sizes
 from hypothesis import given
 from hypothesis import strategies as st
+from tolerances import assert_within, mha_tolerances
 
 from lib import attention as A
 from lib import rounding as R

@@ -32,9 +32,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import assert_within, rope_errors, softmax_tolerances
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerances import assert_within, rope_errors, softmax_tolerances
 
 from lib import attention as A
 from lib import positions as POS

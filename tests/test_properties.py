@@ -3,9 +3,9 @@ agree on random shapes, and attention has the invariances it must have."""
 
 import numpy as np
 import scipy.special
-from helpers import assert_within, mha_tolerances, sdpa_tolerances, softmax_tolerances
 from hypothesis import given
 from hypothesis import strategies as st
+from tolerances import assert_within, mha_tolerances, sdpa_tolerances, softmax_tolerances
 
 from lib import attention as A
 from lib import lists as L

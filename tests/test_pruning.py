@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from helpers import assert_within, gradient_tolerance, tiny_loss_error
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import spearmanr
+from tolerances import assert_within, gradient_tolerance, tiny_loss_error
 
 from lib import pruning as PR
 from lib import rounding as R

@@ -13,9 +13,16 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import torch
-from helpers import RANDOM, WORST, assert_within, mha_tolerances, projection_errors, sdpa_tolerances
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerances import (
+    RANDOM,
+    WORST,
+    assert_within,
+    mha_tolerances,
+    projection_errors,
+    sdpa_tolerances,
+)
 from torch.nn import functional as F
 
 from lib import attention as A

@@ -2,16 +2,16 @@
 
 import numpy as np
 import pytest
-from helpers import (
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.special import log_softmax
+from tolerances import (
     assert_gradient,
     assert_within,
     cross_entropy_error,
     tiny_logits_errors,
     tiny_loss_error,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-from scipy.special import log_softmax
 
 from lib import attention as A
 from lib import backprop as BP

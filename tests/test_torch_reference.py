@@ -11,9 +11,9 @@ pinned down.
 import numpy as np
 import pytest
 import torch
-from helpers import assert_within, mha_tolerances, sdpa_tolerances
 from hypothesis import given
 from hypothesis import strategies as st
+from tolerances import assert_within, mha_tolerances, sdpa_tolerances
 from torch import nn
 from torch.nn import functional as F
 
