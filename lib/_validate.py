@@ -63,12 +63,21 @@ def even(value: int, name: str, why: str) -> None:
         raise ValueError(f"{name} must be even ({why}), got {value}")
 
 
-def positive(value, name: str) -> float:
-    """A finite real number > 0 (not a bool), as a Python float."""
+def base(value, name: str = "base") -> float:
+    """The base of the frequencies ``base^(-2i / d)`` of sinusoidal positions and RoPE: a finite
+    real number > 1 (not a bool), as a Python float.
+
+    Above 1 the frequencies fall from 1 radian per position towards 1 / base, and p times each
+    is finite for every integer position p. At 1 every pair would turn at the same speed (one
+    frequency repeated); below 1 faster than a radian per position, and without bound as the
+    base nears 0 (a subnormal base gives infinite frequencies, and NaN)."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number > 0, got {value!r} ({type(value).__name__})")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise ValueError(f"{name} must be a number > 1, got {value!r} ({type(value).__name__})")
+    if not (math.isfinite(value) and value > 1):
+        raise ValueError(
+            f"{name} must be a finite number > 1, got {value!r}: the frequencies "
+            f"{name}^(-2i / d) fall from 1 radian per position towards 1 / {name}"
+        )
     return float(value)
 
 
@@ -276,11 +285,22 @@ def list_mask(mask, n_q: int, n_k: int) -> None:
 # --------------------------------------------------------------------------- positions
 
 
+def integers(values, name: str) -> np.ndarray:
+    """A 1-D array (or list) of integers, any sign; an empty list is an empty array of them
+    (``np.asarray([])`` alone would be float64)."""
+    values = np.asarray(values)
+    if values.ndim == 1 and values.size == 0:
+        values = values.astype(np.int64)
+    if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
+        raise ValueError(
+            f"{name} must be a 1-D array of integers, got {values.dtype} {values.shape}"
+        )
+    return values
+
+
 def positions(p, n: int, name: str = "positions") -> np.ndarray:
     """Positions of ``n`` tokens: a 1-D array (or list) of ``n`` integers, any sign."""
-    p = np.asarray(p)
-    if p.ndim != 1 or not np.issubdtype(p.dtype, np.integer):
-        raise ValueError(f"{name} must be a 1-D array of integers, got {p.dtype} {p.shape}")
+    p = integers(p, name)
     if p.shape[0] != n:
         raise ValueError(f"{name} has {p.shape[0]} entries but there are {n} tokens (axis -2)")
     return p

@@ -77,11 +77,7 @@ def padding_mask(lengths, n_k: int) -> np.ndarray:
     (batch, 1, n, n).
     """
     n_k = V.count(n_k, "n_k", low=0)
-    lengths = np.asarray(lengths)
-    if lengths.ndim == 1 and lengths.size == 0:  # no sequences: np.asarray([]) is float64
-        lengths = lengths.astype(np.int64)
-    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
-        raise ValueError(f"lengths must be a 1-D sequence of integers, got {lengths!r}")
+    lengths = V.integers(lengths, "lengths")
     bad = lengths[(lengths < 0) | (lengths > n_k)]
     if bad.size:
         raise ValueError(f"lengths must lie in [0, n_k={n_k}], got {bad.tolist()}")
