@@ -349,9 +349,10 @@ class Decoder:
                 if not small:
                     S -= S.max(axis=-1, keepdims=True)
                 np.exp(S, out=S)
-                o = S @ values  # (batch, kv, g, d_k)
-                o /= S.sum(axis=-1, keepdims=True)
-                heads = o.reshape(batch, d)
+                # Normalised before P @ V (the weights' row is as short as the keys): a sum of
+                # exp(score) * v could overflow where the weighted mean of v does not.
+                S /= S.sum(axis=-1, keepdims=True)
+                heads = (S @ values).reshape(batch, d)  # (batch, kv, g, d_k) flattened
             else:  # a prompt: causal among the new tokens, queries stacked per group
                 rows = q.transpose(0, 2, 3, 1, 4).reshape(batch, kv, g * t, d_k)
                 reach = np.tile(np.arange(start + 1, end + 1), g)[None, None, :]

@@ -186,6 +186,34 @@ FORWARD_RULES = [
 ]  # fmt: skip
 
 
+def huge_values_params(dtype=np.float32):
+    """W_q = W_k = a I, with a^2 = 14.95: x = ones gives every score 4 a^2 / sqrt(4) = 29.9, so
+    exp(score) is about 1e13; W_v = 1e25 makes every value 8e25. The answer (the values' mean,
+    then W_o = I) is 8e25; exp(score) times a value is not a float32 number."""
+    a = np.eye(8, dtype=dtype) * np.sqrt(dtype(14.95))
+    return params(bias=False, dtype=dtype, W_q=a, W_k=a.copy(), W_v=huge((8, 8), 1e25, dtype),
+                  W_o=np.eye(8, dtype=dtype))  # fmt: skip
+
+
+def close_to(want, dtype, tol):
+    """A check of a forward's output: its dtype, and within tol of want (relative)."""
+
+    def check(forward, out):
+        if out.dtype != dtype:
+            raise AssertionError(f"the output is {out.dtype}, not {np.dtype(dtype)}")
+        np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
+
+    return check
+
+
+# (rule, arguments built when called, a check of (forward, output) that raises when it is wrong)
+ACCEPTED_FORWARD_RULES = [
+    ("huge values whose weighted mean fits: not an overflow",
+     lambda: (np.ones((2, 3, 8), np.float32),) * 2 + (huge_values_params(), None),
+     close_to(np.full((2, 3, 8), 8e25), np.float32, 1e-5)),
+]  # fmt: skip
+
+
 def as_gqa(p):
     """The same layer as a GQAParams with one query head per key/value head (the same
     arrays, unchecked, so that the forward's own checks are the ones tested)."""
@@ -196,7 +224,7 @@ def as_gqa(p):
 
 
 def gqa_forward(x_q, x_kv, p, mask):
-    return KV.gqa_attention(x_q, x_kv, as_gqa(p), mask)
+    return KV.gqa_attention(x_q, x_kv, as_gqa(p), mask)[0]
 
 
 def forward_rows():
@@ -208,6 +236,10 @@ def forward_rows():
             fragments = ("params must be a GQAParams", "got dict")
         yield Row("kv_cache.gqa_attention", rule, lambda a=args: gqa_forward(*a()), error,
                   fragments)  # fmt: skip
+    forwards = FORWARDS | {"kv_cache.gqa_attention": lambda *a: (gqa_forward(*a),)}
+    for name, forward in forwards.items():
+        for rule, args, check in ACCEPTED_FORWARD_RULES:
+            yield Row(name, rule, lambda f=forward, a=args, c=check: c(f, f(*a())[0]), None)
 
 
 # --------------------------------------------------------------------------- the rest
@@ -313,6 +345,18 @@ def score_bias_gradient_shape():
 
 def tiny_task(n, seq_len, r):
     return T.copy_offsets_task(n, seq_len, 5, (1,), r)
+
+
+def decoded(p, xs):
+    """The outputs of a decoder of p fed each of xs in turn, concatenated."""
+    dec = decoder(p)
+    return np.concatenate([dec(a) for a in xs], axis=-2)
+
+
+def huge_values_decoded(one_token_at_a_time: bool):
+    p = as_gqa(huge_values_params())
+    xs = [np.ones((1, 8), np.float32)] * 3 if one_token_at_a_time else [np.ones((3, 8), np.float32)]
+    close_to(np.full((3, 8), 8e25), np.float32, 1e-5)(None, decoded(p, xs))
 
 
 EXPERIMENT = dict(vocab_size=5, n_classes=5, d_model=8, n_heads=2, batch=4, n_eval=4)
@@ -883,6 +927,10 @@ OTHER_ROWS = [
     Row("kv_cache.Decoder.__call__", "output overflows",
         lambda: huge_value_decoder()(np.ones((1, 8), np.float32)), E,
         ("the output", "overflow float32", "|W_o| = 1e+03")),
+    Row("kv_cache.Decoder.__call__", "huge values whose weighted mean fits, as a prompt",
+        lambda: huge_values_decoded(False), None),
+    Row("kv_cache.Decoder.__call__", "huge values whose weighted mean fits, token by token",
+        lambda: huge_values_decoded(True), None),
     Row("kv_cache.Decoder.__call__", "a prompt, then a token, as lists",
         lambda: stepped(decoder(), np.ones((3, 8)).tolist(), [[0.5] * 8]), None),
     Row("kv_cache.Decoder.__call__", "no new token", lambda: decoder()(np.ones((0, 8))), None),

@@ -11,10 +11,12 @@ written here (the projections by hand, F.scaled_dot_product_attention per head).
 """
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_TILES, kernel_sizes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn import functional as F
@@ -22,12 +24,14 @@ from torch.nn import functional as F
 from lib import _validate as V
 from lib import attention as A
 from lib import backprop as BP
+from lib import blockwise as BW
 from lib import kv_cache as KV
 from lib import lists as L
 from lib import torch_bridge as TB
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 TOL = {np.float64: 1e-10, np.float32: 1e-4}
+SAFE_SCORE = BW.SAFE_SCORE
 BIASES = ("b_q", "b_k", "b_v", "b_o")
 
 
@@ -318,3 +322,112 @@ def test_a_missing_bias_is_written_as_zeros():
     out, _ = A.multi_head_attention(x, x, no_b_k)
     t_out, _ = TB.to_torch_mha(no_b_k)(*(torch.from_numpy(x),) * 3)
     np.testing.assert_allclose(out, t_out.detach().numpy(), rtol=1e-10, atol=1e-10)
+
+
+# --------------------------------------------------------------------------- every forward, by name
+
+
+def _decoded(p, x, prompt: bool):
+    """KV.Decoder on the whole of x (causal self-attention): as one prompt, or token by token."""
+    decoder = KV.Decoder(p, batch=x.shape[0], max_len=x.shape[1])
+    if prompt:
+        return decoder(x)
+    return np.concatenate([decoder(x[:, i : i + 1]) for i in range(x.shape[1])], axis=1)
+
+
+def _tiny_tiles(forward):
+    def run(*args):
+        with kernel_sizes(**TINY_TILES):  # small scores without weights take the tiles
+            return forward(*args)
+
+    return run
+
+
+def _gqa(x_q, x_kv, p, mask, **kw):
+    return KV.gqa_attention(x_q, x_kv, KV.gqa_from_mha(p, p.n_heads), mask, **kw)[0]
+
+
+MHA_FORWARDS = {  # (x_q, x_kv, params, mask) -> output; the decoders: self-attention, causal
+    "fast": lambda *a: A.multi_head_attention(*a)[0],
+    "fast, no weights": lambda *a: A.multi_head_attention(*a, need_weights=False)[0],
+    "fast, no weights, tiles": _tiny_tiles(
+        lambda *a: A.multi_head_attention(*a, need_weights=False)[0]
+    ),
+    "reshape": lambda *a: A.multi_head_attention_reshape(*a)[0],
+    "per head": lambda *a: A.multi_head_attention_per_head(*a)[0],
+    "mha_forward": lambda *a: BP.mha_forward(*a)[0],
+    "gqa_attention": _gqa,
+    "gqa_attention, no weights, tiles": _tiny_tiles(lambda *a: _gqa(*a, need_weights=False)),
+    "Decoder, prompt": lambda x_q, x_kv, p, mask: _decoded(p, x_q, prompt=True),
+    "Decoder, token by token": lambda x_q, x_kv, p, mask: _decoded(p, x_q, prompt=False),
+}
+CORES = {  # (q, k, v, mask) -> output
+    "scaled_dot_product_attention": lambda *a: A.scaled_dot_product_attention(*a)[0],
+    "blockwise.attention": BW.attention,
+    "blockwise.attention, tiles": _tiny_tiles(BW.attention),
+    "blockwise.online_softmax_attention": BW.online_softmax_attention,
+}
+
+
+def _as(p: A.MHAParams, dtype, names=V.PARAM_NAMES) -> A.MHAParams:
+    """p with the arrays ``names`` in ``dtype``."""
+    present = [n for n in names if getattr(p, n) is not None]
+    return dataclasses.replace(p, **{n: getattr(p, n).astype(dtype) for n in present})
+
+
+# --------------------------------------------------------------------------- huge values
+
+
+def _one_head(dtype, score, value, w_o=1.0):
+    """d = 1, one head: W_q = W_k = sqrt(score) (so x = 1 gives that score), W_v = value."""
+    w = np.array([[math.sqrt(score)]], dtype)
+    return A.MHAParams(w, w.copy(), np.array([[value]], dtype), np.array([[w_o]], dtype), 1)
+
+
+HUGE = {  # (dtype, score, value, keys): the answer, `value`, is finite; exp(score) * value not
+    "float32, score 29.9, values 1e26": (np.float32, 29.9, 1e26, 1),
+    "float64, score 299, values 1e180": (np.float64, 299.0, 1e180, 1),
+    "float32, 100 equal keys, values 1e37": (np.float32, 1.0, 1e37, 100),
+}
+
+
+@pytest.mark.parametrize("case", HUGE)
+@pytest.mark.parametrize("forward", MHA_FORWARDS)
+def test_huge_values_whose_mean_fits_are_not_an_overflow(case, forward):
+    """A query's output is a weighted mean of the values: it fits the dtype whenever they do.
+    The fast kernels sum exp(score) * v before dividing by the sum of exp(score), and that sum
+    can overflow where the answer does not; every forward must still give the answer."""
+    dtype, score, value, n = HUGE[case]
+    p = _one_head(dtype, score, value)
+    x = np.ones((1, n, 1), dtype)
+    mask = A.causal_mask(n)
+    want = A.multi_head_attention_reshape(x.astype(np.float64), x.astype(np.float64),
+                                          _as(p, np.float64), mask)[0]  # fmt: skip
+    np.testing.assert_allclose(want, value, rtol=1e-6)
+    got = MHA_FORWARDS[forward](x, x, p, mask)
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, want, rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("case", HUGE)
+@pytest.mark.parametrize("core", CORES)
+def test_huge_values_in_the_attention_cores(case, core):
+    dtype, score, value, n = HUGE[case]
+    q = np.full((n, 1), math.sqrt(score), dtype)
+    v = np.full((n, 1), value, dtype)
+    got = CORES[core](q, q, v, A.causal_mask(n))
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, value, rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("forward", MHA_FORWARDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_an_output_that_does_overflow_still_says_so(forward, dtype):
+    """Huge values whose mean fits (exp(score) * v does not), then a W_o that makes the true
+    output overflow: the error stays."""
+    big = float(np.finfo(dtype).max) / 1e5
+    score = SAFE_SCORE[np.dtype(dtype)] - 0.1
+    p = _one_head(dtype, score, big, w_o=1e6)  # output: 10 x the dtype's largest number
+    x = np.ones((1, 1, 1), dtype)
+    with pytest.raises(ValueError, match=rf"the output .* overflow {np.dtype(dtype).name}"):
+        MHA_FORWARDS[forward](x, x, p, None)
