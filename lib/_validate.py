@@ -11,6 +11,9 @@ users):
   ``bool`` or ``float``, and at least 1 (0 where an empty sequence is allowed);
 - arrays hold real numbers: lists and tuples are converted, floating arrays keep their dtype,
   integer arrays become float64; booleans, complex numbers, strings and objects are refused;
+- arrays of different float dtypes are promoted as NumPy promotes them: the result's dtype is
+  ``np.result_type`` of the inputs, weights and biases, and every step is computed in it
+  (:func:`promoted`), so a float64 answer has float64's accuracy;
 - NaN and +-inf are refused wherever they appear (inputs, weights, biases, gradients), with
   the array's name and the index of the first one; so are finite numbers whose products
   overflow the dtype (the projections, the scores, the output), with the arrays involved
@@ -27,6 +30,7 @@ scores are checked only when the norms of the queries and keys say they could ov
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 
@@ -139,6 +143,22 @@ def float_dtype(dtype) -> np.dtype:
     if dtype.kind != "f":
         raise ValueError(f"dtype must be a floating-point dtype (float32, float64), got {dtype}")
     return dtype
+
+
+def promoted(x_q: np.ndarray, x_kv: np.ndarray, p):
+    """x_q, x_kv and p (an MHAParams or a GQAParams) in the dtype NumPy gives them together,
+    ``np.result_type`` of the inputs, weights and biases (float32 stays float32; float32 with
+    float64 is float64), so that every step of a forward is computed in its result's dtype.
+    p comes back as a copy when some of its arrays change dtype; self-attention (x_kv is x_q)
+    stays one array."""
+    arrays = {name: getattr(p, name) for name in PARAM_NAMES if getattr(p, name) is not None}
+    dtype = np.result_type(x_q, x_kv, *arrays.values())
+    changed = {name: a.astype(dtype) for name, a in arrays.items() if a.dtype != dtype}
+    if changed:
+        p = dataclasses.replace(p, **changed)
+    same = x_kv is x_q
+    x_q = x_q.astype(dtype, copy=False)
+    return x_q, x_q if same else x_kv.astype(dtype, copy=False), p
 
 
 def all_finite(x: np.ndarray) -> bool:
@@ -675,7 +695,8 @@ def cache_room(length: int, t: int, max_len: int) -> None:
 def attention_inputs(q, k, v, attn_mask):
     """The inputs of scaled dot-product attention, checked and returned as arrays: q, k, v
     real, of at least 2 axes, sharing d_k (q, k) and n_k (k, v), leading axes that broadcast,
-    finite; the mask (if any) boolean and broadcasting to the scores (..., n_q, n_k)."""
+    finite, in their common dtype; the mask (if any) boolean and broadcasting to the scores
+    (..., n_q, n_k)."""
     q, k, v = real_array(q, "q"), real_array(k, "k"), real_array(v, "v")
     for name, a in (("q", q), ("k", k), ("v", v)):
         rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
@@ -685,4 +706,6 @@ def attention_inputs(q, k, v, attn_mask):
     finite_all({"q": q, "k": k, "v": v})
     if attn_mask is not None:
         attn_mask = mask(attn_mask, lead + (q.shape[-2], k.shape[-2]))
+    dtype = np.result_type(q, k, v)  # NumPy's promotion, applied before any step (promoted)
+    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
     return q, k, v, attn_mask

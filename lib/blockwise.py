@@ -540,7 +540,7 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
             mask = np.broadcast_to(mask, lead + mask.shape[-2:])
         plan = mask_plan(mask.reshape((-1, 1) + mask.shape[-2:]), n_k, dtype)
     small = scores_are_small(q, k, q_norm, k_norm)
-    q4, k4, v4 = (four_axes(a).astype(dtype, copy=False) for a in (q, k, v))
+    q4, k4, v4 = (four_axes(a) for a in (q, k, v))
     out4 = out.reshape((-1, 1, n_q, v.shape[-1]))
     with np.errstate(over="ignore", invalid="ignore"):  # huge values: see weighted_means
         attend_in_blocks(q4, k4, v4, out4, plan=plan, small=small, skip=skip_masked_blocks)
@@ -596,7 +596,7 @@ def multi_head_attention(
     """lib's fast multi-head attention; see :func:`lib.attention.multi_head_attention`
     (same arguments, results and errors)."""
     self_attention = x_q is x_kv
-    x_q, x_kv, mask, unbatched = A.prepare_mha(x_q, x_kv, params, mask)
+    x_q, x_kv, params, mask, unbatched = A.prepare_mha(x_q, x_kv, params, mask)
     batch, n_q, d = x_q.shape
     n_k = x_kv.shape[1]
     h = params.n_heads

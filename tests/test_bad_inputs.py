@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lib import _validate as V
 from lib import attention as A
 from lib import backprop as BP
 from lib import blockwise as BW
@@ -195,6 +196,12 @@ def huge_values_params(dtype=np.float32):
                   W_o=np.eye(8, dtype=dtype))  # fmt: skip
 
 
+def as_float64(p):
+    return dataclasses.replace(p, **{
+        n: getattr(p, n).astype(np.float64) for n in V.PARAM_NAMES if getattr(p, n) is not None
+    })  # fmt: skip
+
+
 def close_to(want, dtype, tol):
     """A check of a forward's output: its dtype, and within tol of want (relative)."""
 
@@ -206,11 +213,36 @@ def close_to(want, dtype, tol):
     return check
 
 
+def mixed(x_dtype, param_dtypes):
+    """(args, check): x in x_dtype, params with some arrays in float32 (the rest float64); the
+    check wants float64 and the forward's answer on float64 copies of the same numbers."""
+
+    def args():
+        p = params(h=4)  # d_k = 2: 1/sqrt(d_k) is not a power of two, so float32 rounds it
+        p = dataclasses.replace(p, **{n: getattr(p, n).astype(t) for n, t in param_dtypes.items()})
+        a = x(dtype=x_dtype)
+        return a, a, p, A.causal_mask(3)
+
+    def check(forward, out):
+        a, _, p, mask = args()
+        a64 = a.astype(np.float64)
+        want = forward(a64, a64, as_float64(p), mask)[0]
+        close_to(want, np.float64, 1e-12)(forward, out)
+
+    return args, check
+
+
+ALL_F32 = {n: np.float32 for n in V.PARAM_NAMES}
+WEIGHTS_F32 = {n: np.float32 for n in V.WEIGHT_NAMES}
+
 # (rule, arguments built when called, a check of (forward, output) that raises when it is wrong)
 ACCEPTED_FORWARD_RULES = [
     ("huge values whose weighted mean fits: not an overflow",
      lambda: (np.ones((2, 3, 8), np.float32),) * 2 + (huge_values_params(), None),
      close_to(np.full((2, 3, 8), 8e25), np.float32, 1e-5)),
+    ("float32 params, float64 inputs: computed in float64", *mixed(np.float64, ALL_F32)),
+    ("float64 biases, float32 inputs and weights: computed in float64",
+     *mixed(np.float32, WEIGHTS_F32)),
 ]  # fmt: skip
 
 
@@ -347,6 +379,19 @@ def tiny_task(n, seq_len, r):
     return T.copy_offsets_task(n, seq_len, 5, (1,), r)
 
 
+def mixed_core(core):
+    """A float32 q with float64 k and v (d_k = 2): the output must be float64 and equal the
+    core's answer on float64 copies."""
+    r = rng()
+    q, k, v = r.normal(size=(3, 2)).astype(np.float32), r.normal(size=(4, 2)), r.normal(size=(4, 3))
+
+    def first(out):
+        return out[0] if isinstance(out, tuple) else out
+
+    want = first(core(q.astype(np.float64), k, v))
+    close_to(want, np.float64, 1e-12)(core, first(core(q, k, v)))
+
+
 def decoded(p, xs):
     """The outputs of a decoder of p fed each of xs in turn, concatenated."""
     dec = decoder(p)
@@ -359,9 +404,19 @@ def huge_values_decoded(one_token_at_a_time: bool):
     close_to(np.full((3, 8), 8e25), np.float32, 1e-5)(None, decoded(p, xs))
 
 
+def mixed_decoded(one_token_at_a_time: bool):
+    """float64 tokens into a decoder of float32 weights (d_k = 2)."""
+    a = x((3, 8))
+    xs = [a[i : i + 1] for i in range(3)] if one_token_at_a_time else [a]
+    p = gqa(dtype=np.float32)
+    want = decoded(as_float64(p), xs)
+    close_to(want, np.float64, 1e-12)(None, decoded(p, xs))
+
+
 EXPERIMENT = dict(vocab_size=5, n_classes=5, d_model=8, n_heads=2, batch=4, n_eval=4)
 E = ValueError
 q3 = np.ones((3, 4))
+q3_32 = q3.astype(np.float32)  # float32 values: the scores of float32 q and k stay float32
 OTHER_ROWS = [
     # scaled_dot_product_attention
     Row("scaled_dot_product_attention", "NaN in k",
@@ -393,11 +448,13 @@ OTHER_ROWS = [
         lambda: A.scaled_dot_product_attention(q3, q3, q3, np.ones((4, 4), bool)), E,
         ("mask of shape (4, 4) cannot broadcast to the attention scores' shape (3, 3)",)),
     Row("scaled_dot_product_attention", "scores overflow",
-        lambda: A.scaled_dot_product_attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3), E,
+        lambda: A.scaled_dot_product_attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3_32), E,
         ("the scores q k^T / sqrt(d_k) overflow float32",)),
     Row("scaled_dot_product_attention", "complex input",
         lambda: A.scaled_dot_product_attention(q3 * 1j, q3, q3), E,
         ("q must hold real numbers",)),
+    Row("scaled_dot_product_attention", "float32 q, float64 k and v: computed in float64",
+        lambda: mixed_core(A.scaled_dot_product_attention), None),
     Row("scaled_dot_product_attention", "lists are converted",
         lambda: A.scaled_dot_product_attention(q3.tolist(), q3.tolist(), q3.tolist()), None),
     # softmax
@@ -804,12 +861,14 @@ OTHER_ROWS = [
         lambda: BW.attention(q3, q3, q3, np.ones((4, 4), bool)), E,
         ("mask of shape (4, 4) cannot broadcast to the attention scores' shape (3, 3)",)),
     Row("blockwise.attention", "scores overflow",
-        lambda: BW.attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3), E,
+        lambda: BW.attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3_32), E,
         ("the scores q k^T / sqrt(d_k) overflow float32",)),
     Row("blockwise.attention", "huge values are not an overflow",
         lambda: finite_result(lambda: BW.attention(
             np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), huge((3, 2), 3e38))),
         None),
+    Row("blockwise.attention", "float32 q, float64 k and v: computed in float64",
+        lambda: mixed_core(BW.attention), None),
     Row("blockwise.attention", "lists are converted",
         lambda: BW.attention(q3.tolist(), q3.tolist(), q3.tolist(), causal=True), None),
     Row("blockwise.online_softmax_attention", "NaN in v",
@@ -825,8 +884,10 @@ OTHER_ROWS = [
         lambda: BW.online_softmax_attention(q3, q3, q3, np.tril(np.ones((3, 3), int))), E,
         ("mask must be boolean", "`mask.astype(bool)`")),
     Row("blockwise.online_softmax_attention", "scores overflow",
-        lambda: BW.online_softmax_attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3), E,
+        lambda: BW.online_softmax_attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3_32), E,
         ("the scores q k^T / sqrt(d_k) overflow float32",)),
+    Row("blockwise.online_softmax_attention", "float32 q, float64 k and v: computed in float64",
+        lambda: mixed_core(BW.online_softmax_attention), None),
     Row("blockwise.online_softmax_attention", "huge values are not an overflow",
         lambda: finite_result(lambda: BW.online_softmax_attention(
             np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), huge((3, 2), 3e38))),
@@ -931,6 +992,10 @@ OTHER_ROWS = [
         lambda: huge_values_decoded(False), None),
     Row("kv_cache.Decoder.__call__", "huge values whose weighted mean fits, token by token",
         lambda: huge_values_decoded(True), None),
+    Row("kv_cache.Decoder.__call__", "float64 prompt, float32 weights: computed in float64",
+        lambda: mixed_decoded(False), None),
+    Row("kv_cache.Decoder.__call__", "float64 tokens, float32 weights: computed in float64",
+        lambda: mixed_decoded(True), None),
     Row("kv_cache.Decoder.__call__", "a prompt, then a token, as lists",
         lambda: stepped(decoder(), np.ones((3, 8)).tolist(), [[0.5] * 8]), None),
     Row("kv_cache.Decoder.__call__", "no new token", lambda: decoder()(np.ones((0, 8))), None),

@@ -27,6 +27,7 @@ from lib import backprop as BP
 from lib import blockwise as BW
 from lib import kv_cache as KV
 from lib import lists as L
+from lib import positions as POS
 from lib import torch_bridge as TB
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
@@ -431,3 +432,76 @@ def test_an_output_that_does_overflow_still_says_so(forward, dtype):
     x = np.ones((1, 1, 1), dtype)
     with pytest.raises(ValueError, match=rf"the output .* overflow {np.dtype(dtype).name}"):
         MHA_FORWARDS[forward](x, x, p, None)
+
+
+# --------------------------------------------------------------------------- mixed dtypes
+
+F32_PARAMS = {name: np.float32 for name in V.PARAM_NAMES}
+F32_WEIGHTS = {name: np.float32 for name in V.WEIGHT_NAMES}
+MIXED = {  # (x_q's dtype, x_kv's dtype, {param names: dtype}); the rest float64
+    "float32 inputs, float64 params": (np.float32, np.float32, {}),
+    "float64 inputs, float32 params": (np.float64, np.float64, F32_PARAMS),
+    "float32 inputs and weights, float64 biases": (np.float32, np.float32, F32_WEIGHTS),
+    "float64 inputs, float32 W_q": (np.float64, np.float64, {"W_q": np.float32}),
+    "float32 x_q, float64 x_kv": (np.float32, np.float64, {}),
+    "float64 x_q, float32 x_kv and params": (np.float64, np.float32, F32_PARAMS),
+}
+
+
+def _mixed(case):
+    """x_q, x_kv, params, and float64 copies of the same numbers: params, x_q, x_kv (d_k = 2:
+    1/sqrt(d_k) is not a power of two, so a scale applied in float32 shows)."""
+    q_dtype, kv_dtype, param_dtypes = MIXED[case]
+    rng = np.random.default_rng(11)
+    p64 = A.init_mha_params(6, 3, rng, bias=True)
+    x = rng.normal(size=(2, 5, 6))
+    p = p64
+    for name, dtype in param_dtypes.items():
+        p = _as(p, dtype, (name,))
+    x_q = x.astype(q_dtype)
+    x_kv = x_q if kv_dtype == q_dtype else x.astype(kv_dtype)
+    return x_q, x_kv, p, _as(p, np.float64), x_q.astype(np.float64), x_kv.astype(np.float64)
+
+
+@pytest.mark.parametrize("case", MIXED)
+@pytest.mark.parametrize("forward", MHA_FORWARDS)
+def test_mixed_float32_and_float64_are_computed_in_float64(case, forward):
+    """NumPy's rule: the result's dtype is np.result_type of every input, weight and bias, and
+    every step is computed in it, so the answer has that dtype's accuracy (against the
+    reshape form on float64 copies of the same numbers)."""
+    x_q, x_kv, p, p64, q64, kv64 = _mixed(case)
+    if forward.startswith("Decoder") and x_kv is not x_q:
+        pytest.skip("the decoder is self-attention")
+    mask = A.causal_mask(5)
+    want = A.multi_head_attention_reshape(q64, kv64, p64, mask)[0]
+    dtype = np.result_type(x_q, x_kv, *(getattr(p, n) for n in V.PARAM_NAMES))
+    assert dtype == np.float64
+    got = MHA_FORWARDS[forward](x_q, x_kv, p, mask)
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, want, rtol=TOL[np.float64], atol=TOL[np.float64])
+
+
+@pytest.mark.parametrize("case", MIXED)
+@pytest.mark.parametrize("positions", ["rope", "alibi"])
+def test_mixed_dtypes_with_positions(case, positions):
+    x_q, x_kv, p, p64, q64, kv64 = _mixed(case)
+    alibi = POS.alibi_bias(5, 5, POS.alibi_slopes(3))
+    extra = {"rope": {"rope": POS.RoPE()}, "alibi": {"score_bias": alibi}}[positions]
+    want = BP.mha_forward(q64, kv64, p64, A.causal_mask(5), **extra)[0]
+    got = BP.mha_forward(x_q, x_kv, p, A.causal_mask(5), **extra)[0]
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=TOL[np.float64], atol=TOL[np.float64])
+
+
+@pytest.mark.parametrize("core", CORES)
+@pytest.mark.parametrize("narrow", ["q", "k", "v"])
+def test_mixed_q_k_v_are_computed_in_float64(core, narrow):
+    rng = np.random.default_rng(12)
+    qkv = {"q": rng.normal(size=(2, 5, 3)), "k": rng.normal(size=(2, 7, 3)),
+           "v": rng.normal(size=(2, 7, 2))}  # fmt: skip
+    qkv[narrow] = qkv[narrow].astype(np.float32)
+    mask = A.causal_mask(5, 7)
+    want = A.scaled_dot_product_attention(*(a.astype(np.float64) for a in qkv.values()), mask)[0]
+    got = CORES[core](*qkv.values(), mask)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=TOL[np.float64], atol=TOL[np.float64])
