@@ -11,6 +11,9 @@ users):
   ``bool`` or ``float``, and at least 1 (0 where an empty sequence is allowed);
 - arrays hold real numbers: lists and tuples are converted, floating arrays keep their dtype,
   integer arrays become float64; booleans, complex numbers, strings and objects are refused;
+- arrays of different float dtypes are promoted as NumPy promotes them: the result's dtype is
+  ``np.result_type`` of the inputs, weights and biases, and every step is computed in it
+  (:func:`promoted`), so a float64 answer has float64's accuracy;
 - NaN and +-inf are refused wherever they appear (inputs, weights, biases, gradients), with
   the array's name and the index of the first one; so are finite numbers whose products
   overflow the dtype (the projections, the scores, the output), with the arrays involved
@@ -27,6 +30,7 @@ scores are checked only when the norms of the queries and keys say they could ov
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 
@@ -63,12 +67,21 @@ def even(value: int, name: str, why: str) -> None:
         raise ValueError(f"{name} must be even ({why}), got {value}")
 
 
-def positive(value, name: str) -> float:
-    """A finite real number > 0 (not a bool), as a Python float."""
+def base(value, name: str = "base") -> float:
+    """The base of the frequencies ``base^(-2i / d)`` of sinusoidal positions and RoPE: a finite
+    real number > 1 (not a bool), as a Python float.
+
+    Above 1 the frequencies fall from 1 radian per position towards 1 / base, and p times each
+    is finite for every integer position p. At 1 every pair would turn at the same speed (one
+    frequency repeated); below 1 faster than a radian per position, and without bound as the
+    base nears 0 (a subnormal base gives infinite frequencies, and NaN)."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number > 0, got {value!r} ({type(value).__name__})")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise ValueError(f"{name} must be a number > 1, got {value!r} ({type(value).__name__})")
+    if not (math.isfinite(value) and value > 1):
+        raise ValueError(
+            f"{name} must be a finite number > 1, got {value!r}: the frequencies "
+            f"{name}^(-2i / d) fall from 1 radian per position towards 1 / {name}"
+        )
     return float(value)
 
 
@@ -130,6 +143,22 @@ def float_dtype(dtype) -> np.dtype:
     if dtype.kind != "f":
         raise ValueError(f"dtype must be a floating-point dtype (float32, float64), got {dtype}")
     return dtype
+
+
+def promoted(x_q: np.ndarray, x_kv: np.ndarray, p):
+    """x_q, x_kv and p (an MHAParams or a GQAParams) in the dtype NumPy gives them together,
+    ``np.result_type`` of the inputs, weights and biases (float32 stays float32; float32 with
+    float64 is float64), so that every step of a forward is computed in its result's dtype.
+    p comes back as a copy when some of its arrays change dtype; self-attention (x_kv is x_q)
+    stays one array."""
+    arrays = {name: getattr(p, name) for name in PARAM_NAMES if getattr(p, name) is not None}
+    dtype = np.result_type(x_q, x_kv, *arrays.values())
+    changed = {name: a.astype(dtype) for name, a in arrays.items() if a.dtype != dtype}
+    if changed:
+        p = dataclasses.replace(p, **changed)
+    same = x_kv is x_q
+    x_q = x_q.astype(dtype, copy=False)
+    return x_q, x_q if same else x_kv.astype(dtype, copy=False), p
 
 
 def all_finite(x: np.ndarray) -> bool:
@@ -276,11 +305,22 @@ def list_mask(mask, n_q: int, n_k: int) -> None:
 # --------------------------------------------------------------------------- positions
 
 
+def integers(values, name: str) -> np.ndarray:
+    """A 1-D array (or list) of integers, any sign; an empty list is an empty array of them
+    (``np.asarray([])`` alone would be float64)."""
+    values = np.asarray(values)
+    if values.ndim == 1 and values.size == 0:
+        values = values.astype(np.int64)
+    if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
+        raise ValueError(
+            f"{name} must be a 1-D array of integers, got {values.dtype} {values.shape}"
+        )
+    return values
+
+
 def positions(p, n: int, name: str = "positions") -> np.ndarray:
     """Positions of ``n`` tokens: a 1-D array (or list) of ``n`` integers, any sign."""
-    p = np.asarray(p)
-    if p.ndim != 1 or not np.issubdtype(p.dtype, np.integer):
-        raise ValueError(f"{name} must be a 1-D array of integers, got {p.dtype} {p.shape}")
+    p = integers(p, name)
     if p.shape[0] != n:
         raise ValueError(f"{name} has {p.shape[0]} entries but there are {n} tokens (axis -2)")
     return p
@@ -655,7 +695,8 @@ def cache_room(length: int, t: int, max_len: int) -> None:
 def attention_inputs(q, k, v, attn_mask):
     """The inputs of scaled dot-product attention, checked and returned as arrays: q, k, v
     real, of at least 2 axes, sharing d_k (q, k) and n_k (k, v), leading axes that broadcast,
-    finite; the mask (if any) boolean and broadcasting to the scores (..., n_q, n_k)."""
+    finite, in their common dtype; the mask (if any) boolean and broadcasting to the scores
+    (..., n_q, n_k)."""
     q, k, v = real_array(q, "q"), real_array(k, "k"), real_array(v, "v")
     for name, a in (("q", q), ("k", k), ("v", v)):
         rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
@@ -665,4 +706,6 @@ def attention_inputs(q, k, v, attn_mask):
     finite_all({"q": q, "k": k, "v": v})
     if attn_mask is not None:
         attn_mask = mask(attn_mask, lead + (q.shape[-2], k.shape[-2]))
+    dtype = np.result_type(q, k, v)  # NumPy's promotion, applied before any step (promoted)
+    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
     return q, k, v, attn_mask

@@ -11,9 +11,11 @@ Conventions:
   (batch = 0) give empty outputs of the right shape.
 
 Floating inputs keep their dtype (float32 stays float32); integer inputs are promoted
-to float64; lists are converted. Bad input raises ValueError, worded the same way in every
-function (the checks live in :mod:`lib._validate`): NaN or inf in any input, weight or bias
-and numbers whose products overflow the dtype are named with where they are.
+to float64; lists are converted. Inputs and weights of different dtypes are promoted as
+NumPy promotes them (float32 with float64 is float64), before any step is computed. Bad
+input raises ValueError, worded the same way in every function (the checks live in
+:mod:`lib._validate`): NaN or inf in any input, weight or bias and numbers whose products
+overflow the dtype are named with where they are.
 """
 
 from __future__ import annotations
@@ -77,11 +79,7 @@ def padding_mask(lengths, n_k: int) -> np.ndarray:
     (batch, 1, n, n).
     """
     n_k = V.count(n_k, "n_k", low=0)
-    lengths = np.asarray(lengths)
-    if lengths.ndim == 1 and lengths.size == 0:  # no sequences: np.asarray([]) is float64
-        lengths = lengths.astype(np.int64)
-    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
-        raise ValueError(f"lengths must be a 1-D sequence of integers, got {lengths!r}")
+    lengths = V.integers(lengths, "lengths")
     bad = lengths[(lengths < 0) | (lengths > n_k)]
     if bad.size:
         raise ValueError(f"lengths must lie in [0, n_k={n_k}], got {bad.tolist()}")
@@ -275,11 +273,14 @@ def project(x: np.ndarray, W: np.ndarray, b: np.ndarray | None) -> np.ndarray:
 
 def prepare_mha(x_q, x_kv, params: MHAParams, mask):
     """The checks every multi-head forward starts with: params, inputs (converted, with a
-    batch axis), mask (boolean, with four axes)."""
+    batch axis), mask (boolean, with four axes). The inputs and params come back in their
+    common dtype (NumPy's promotion), so that every step is computed in the result's."""
     V.params(params)
     x_q, x_kv, unbatched = V.mha_inputs(x_q, x_kv, params.d_model)
     V.finite_inputs(x_q, x_kv)
-    return x_q, x_kv, batched_mask(mask, x_q, x_kv, params.n_heads), unbatched
+    mask = batched_mask(mask, x_q, x_kv, params.n_heads)
+    x_q, x_kv, params = V.promoted(x_q, x_kv, params)
+    return x_q, x_kv, params, mask, unbatched
 
 
 def empty_mha_result(x_q, x_kv, params: MHAParams, need_weights: bool = True):
@@ -342,7 +343,7 @@ def multi_head_attention_reshape(
     reference the fast version is tested against, and for the loop-vs-reshape benchmark.
     Same arguments, checks, empty-sequence answers and errors as the fast version.
     """
-    x_q, x_kv, mask, unbatched = prepare_mha(x_q, x_kv, params, mask)
+    x_q, x_kv, params, mask, unbatched = prepare_mha(x_q, x_kv, params, mask)
     h = params.n_heads
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
         split = split_heads_unchecked
@@ -372,7 +373,7 @@ def multi_head_attention_per_head(
     reference the reshape version is tested against, and for the loop-vs-reshape
     benchmark. Same arguments, checks, empty-sequence answers and errors as the fast version.
     """
-    x_q, x_kv, mask, unbatched = prepare_mha(x_q, x_kv, params, mask)
+    x_q, x_kv, params, mask, unbatched = prepare_mha(x_q, x_kv, params, mask)
     if mask is not None:  # one (batch, n_q, n_k) slice per head
         mask = np.broadcast_to(mask, (x_q.shape[0], params.n_heads, x_q.shape[1], x_kv.shape[1]))
     d_k = params.d_k

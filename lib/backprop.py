@@ -134,7 +134,8 @@ def mha_forward(
     keys by their positions (keys 0..n_k-1, queries the last n_q of those) before the scores;
     score_bias: finite numbers broadcastable to (batch, heads, n_q, n_k), added to the
     scaled scores before the mask (ALiBi: ``lib.positions.alibi_bias``).
-    Returns (output (batch, n_q, d), weights (batch, heads, n_q, n_k), cache).
+    Returns (output (batch, n_q, d), weights (batch, heads, n_q, n_k), cache), in the dtype
+    NumPy gives the inputs and params together (head_mask and score_bias are cast to it).
     With ``head_mask`` all ones and no positions the output equals
     ``lib.attention.multi_head_attention``, whose checks, empty-sequence answers and errors
     it shares (inputs must be batched).
@@ -143,8 +144,9 @@ def mha_forward(
     x_q, x_kv, _ = V.mha_inputs(x_q, x_kv, params.d_model, unbatched=False)
     V.finite_inputs(x_q, x_kv)
     mask = _batched_mask(mask, x_q, x_kv, params.n_heads)
+    x_q, x_kv, params = V.promoted(x_q, x_kv, params)  # one dtype for every step
     h = params.n_heads
-    dtype = np.result_type(x_q, x_kv, params.W_q, params.W_k, params.W_v, params.W_o)
+    dtype = x_q.dtype
     head_mask = V.head_mask(head_mask, x_q.shape[0], h, dtype)
     n_q, n_k = x_q.shape[1], x_kv.shape[1]
     angles = None

@@ -190,12 +190,10 @@ def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, b
     q = q * (1.0 / math.sqrt(q.shape[-1]))  # a Python float keeps float32 in float32
     if not V.scores_fit(q, k, V.largest_row_norm(q), V.largest_row_norm(k)):
         raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = _tiles(q, k, v, mask, causal, block_q, block_k, lead, dtype)
-        if not V.all_finite(out):  # huge values: the running sums overflowed, not the answer
-            top = float(np.abs(v).max())
-            out = _tiles(q, k, v / top, mask, causal, block_q, block_k, lead, dtype) * top
-    return out
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values: see weighted_means
+        return weighted_means(
+            lambda values: _tiles(q, k, values, mask, causal, block_q, block_k, lead, dtype), v
+        )
 
 
 def _tiles(q, k, v, mask, causal, block_q, block_k, lead, dtype):
@@ -258,6 +256,23 @@ def causal_plan(n_q: int, n_k: int) -> MaskPlan:
     return MaskPlan(np.clip(np.arange(1, n_q + 1) + (n_k - n_q), 0, n_k)[None, None, :])
 
 
+def weighted_means(attend, v: np.ndarray) -> np.ndarray:
+    """``attend(v)``, the output of attention over the values v, computed so that it is finite
+    whenever the answer is: each output row is a weighted mean of v's rows, which fits the
+    dtype whenever v does. The kernels sum exp(score) * v before dividing by the sum of
+    exp(score) (d_v divisions per row instead of n_k), and with huge values that sum can
+    overflow where the answer does not; then the output is ``attend(v / top) * top``, with top
+    v's largest |entry|. (A v holding inf, from an overflowed projection, is left for the
+    caller to explain.)"""
+    out = attend(v)
+    if not V.all_finite(out):
+        top = float(np.abs(v).max())
+        if math.isfinite(top):
+            out = attend(v / top)
+            out *= top
+    return out
+
+
 def attend_in_blocks(
     q, k, v, heads_out, weights=None, plan: MaskPlan | None = None, *, small=False, skip=True
 ) -> None:
@@ -269,10 +284,21 @@ def attend_in_blocks(
     ``small``: every |score| <= :data:`SAFE_SCORE`, so exp needs no shift by the row's
     maximum. ``skip=False`` computes every key of every block (to measure what skipping
     saves). Unchecked: the callers check the inputs and that the scores fit the dtype.
+    Huge values whose weighted means fit are no overflow (:func:`weighted_means`).
 
     With small scores, no weights and at most a prefix mask, long score matrices go to
     :func:`attend_in_tiles` (see :data:`TILE_ROWS`); otherwise blocks of whole query rows.
     """
+
+    def attend(values):
+        _attend_in_blocks(q, k, values, heads_out, weights, plan, small=small, skip=skip)
+        return heads_out
+
+    weighted_means(attend, v)
+
+
+def _attend_in_blocks(q, k, v, heads_out, weights, plan, *, small, skip) -> None:
+    """attend_in_blocks, without its care for huge values."""
     batch, h, n_q, _ = q.shape
     n_k = k.shape[2]
     if small and weights is None and (plan is None or plan.add is None):
@@ -514,19 +540,10 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
             mask = np.broadcast_to(mask, lead + mask.shape[-2:])
         plan = mask_plan(mask.reshape((-1, 1) + mask.shape[-2:]), n_k, dtype)
     small = scores_are_small(q, k, q_norm, k_norm)
-    q4, k4, v4 = (four_axes(a).astype(dtype, copy=False) for a in (q, k, v))
+    q4, k4, v4 = (four_axes(a) for a in (q, k, v))
     out4 = out.reshape((-1, 1, n_q, v.shape[-1]))
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values: see weighted_means
         attend_in_blocks(q4, k4, v4, out4, plan=plan, small=small, skip=skip_masked_blocks)
-        if not V.all_finite(out):
-            # The kernel sums exp(score) * v before dividing by the sum of exp(score), and
-            # with huge values that sum can overflow where the answer (a weighted mean of
-            # v's rows) does not: divide v by its largest |entry| first, multiply back after.
-            top = float(np.abs(v).max())
-            attend_in_blocks(
-                q4, k4, v4 / top, out4, plan=plan, small=False, skip=skip_masked_blocks
-            )
-            out *= top
     return out
 
 
@@ -579,7 +596,7 @@ def multi_head_attention(
     """lib's fast multi-head attention; see :func:`lib.attention.multi_head_attention`
     (same arguments, results and errors)."""
     self_attention = x_q is x_kv
-    x_q, x_kv, mask, unbatched = A.prepare_mha(x_q, x_kv, params, mask)
+    x_q, x_kv, params, mask, unbatched = A.prepare_mha(x_q, x_kv, params, mask)
     batch, n_q, d = x_q.shape
     n_k = x_kv.shape[1]
     h = params.n_heads

@@ -25,6 +25,7 @@ n_heads is ordinary multi-head attention, n_kv_heads = 1 is multi-query attentio
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, fields
 
@@ -220,11 +221,11 @@ def gqa_attention(
     x_q, x_kv, unbatched = V.mha_inputs(x_q, x_kv, params.d_model)
     V.finite_inputs(x_q, x_kv)
     mask = A.batched_mask(mask, x_q, x_kv, params.n_heads)
+    x_q, x_kv, params = V.promoted(x_q, x_kv, params)  # one dtype for every step
     batch, n_q, d = x_q.shape
     n_k = x_kv.shape[1]
     h, kv, g, d_k = params.n_heads, params.n_kv_heads, params.group, params.d_k
-    arrays = [x_q, x_kv] + [getattr(params, name) for name in V.PARAM_NAMES]
-    dtype = np.result_type(*(a for a in arrays if a is not None))
+    dtype = x_q.dtype
     if batch * n_q * n_k == 0:  # every query attends to nothing: the output is b_o
         out = np.zeros((batch, n_q, d), dtype) + (0 if params.b_o is None else params.b_o)
         weights = np.zeros((batch, h, n_q, n_k), dtype) if need_weights else None
@@ -265,35 +266,27 @@ class Decoder:
     MHAParams or a GQAParams. The cache is preallocated, (batch, n_kv_heads, max_len, d_k)
     for keys and for values, so appending copies only the new rows.
 
-    The weights are checked and copied (read-only) when the decoder is built, so each step
-    checks only its new tokens; a step that fails (bad input, overflow) leaves the cache as
-    it was.
+    The cache holds the weights' dtype; tokens of a wider dtype (float64 tokens, float32
+    weights) widen it, as NumPy would promote them, until :meth:`reset`. The weights are
+    checked and copied (read-only) when the decoder is built, so each step checks only its
+    new tokens; a step that fails (bad input, overflow) leaves the cache as it was.
     """
 
     def __init__(self, params, batch: int = 1, max_len: int = 2048):
         if isinstance(params, A.MHAParams):  # checked there; the same arrays, groups of one
             params = gqa_from_mha(params, params.n_heads)
         V.gqa_params(params)
-        self.params = params
         self.batch = V.count(batch, "batch")
         self.max_len = V.count(max_len, "max_len")
-        p = params
-        arrays = [getattr(p, name) for name in V.PARAM_NAMES if getattr(p, name) is not None]
-        self.dtype = np.result_type(*arrays)
-        scale = 1.0 / math.sqrt(p.d_k)  # folded into the query columns
-        W = np.concatenate([p.W_q * scale, p.W_k, p.W_v], axis=1).astype(self.dtype, copy=False)
-        b = None if p.b_q is None else np.concatenate([p.b_q * scale, p.b_k, p.b_v])
-        self._W, self._b = W, None if b is None else b.astype(self.dtype, copy=False)
-        self._W_o = p.W_o.astype(self.dtype)  # a copy
-        self._b_o = None if p.b_o is None else p.b_o.astype(self.dtype)
-        for a in (self._W, self._b, self._W_o, self._b_o):
-            if a is not None:
-                a.flags.writeable = False
-        shape = (self.batch, p.n_kv_heads, self.max_len, p.d_k)
-        self._k = np.zeros(shape, self.dtype)
-        self._v = np.zeros(shape, self.dtype)
-        self.length = 0
-        self._k_norm = 0.0  # the largest |key| in the cache
+        names = [name for name in V.PARAM_NAMES if getattr(params, name) is not None]
+        copies = {name: getattr(params, name).copy() for name in names}  # read-only, below
+        for a in copies.values():
+            a.flags.writeable = False
+        self.params = dataclasses.replace(params, **copies)  # changing params changes nothing
+        self.dtype = np.result_type(*copies.values())
+        self._qkv_weights = {}  # dtype -> [W_q / sqrt(d_k) | W_k | W_v] and its bias
+        self._k = self._v = None
+        self.reset()
 
     @property
     def keys(self) -> np.ndarray:
@@ -311,9 +304,29 @@ class Decoder:
         return self.keys.nbytes + self.values.nbytes
 
     def reset(self) -> None:
-        """Forget every cached token (the arrays are kept for the next sequence)."""
+        """Forget every cached token (the arrays are kept for the next sequence, in the
+        weights' dtype)."""
         self.length = 0
-        self._k_norm = 0.0
+        self._k_norm = 0.0  # the largest |key| in the cache
+        if self._k is None or self._k.dtype != self.dtype:
+            shape = (self.batch, self.params.n_kv_heads, self.max_len, self.params.d_k)
+            self._k = np.zeros(shape, self.dtype)
+            self._v = np.zeros(shape, self.dtype)
+
+    def _qkv(self, dtype):
+        """[W_q / sqrt(d_k) | W_k | W_v] and [b_q / sqrt(d_k) | b_k | b_v] in ``dtype`` (kept):
+        one matmul gives the new tokens' scaled queries, keys and values."""
+        if dtype not in self._qkv_weights:
+            p = self.params
+            scale = 1.0 / math.sqrt(p.d_k)  # applied in ``dtype``: a Python float keeps it
+
+            def joined(q, k, v):
+                both = np.concatenate([q.astype(dtype) * scale, k, v], axis=-1)
+                return both.astype(dtype, copy=False)
+
+            b = None if p.b_q is None else joined(p.b_q, p.b_k, p.b_v)
+            self._qkv_weights[dtype] = joined(p.W_q, p.W_k, p.W_v), b
+        return self._qkv_weights[dtype]
 
     def __call__(self, x_new) -> np.ndarray:
         """The layer's outputs at the new positions, (batch, t, d_model) (or (t, d_model))."""
@@ -321,61 +334,60 @@ class Decoder:
         x, unbatched = V.decoder_input(x_new, self.batch, p.d_model)
         batch, t, d = x.shape
         V.cache_room(self.length, t, self.max_len)
+        dtype = np.result_type(x, self._k)  # NumPy's promotion of the tokens and the cache
         if t == 0:
-            out = np.zeros((batch, 0, d), self.dtype)
+            out = np.zeros((batch, 0, d), dtype)
             return out[0] if unbatched else out
+        cache_k, cache_v = self._k, self._v
+        if dtype != cache_k.dtype:  # wider tokens: a wider copy, kept if the step succeeds
+            cache_k, cache_v = cache_k.astype(dtype), cache_v.astype(dtype)
+        x = x.astype(dtype, copy=False)
         start, end = self.length, self.length + t
         kv, g, d_k = p.n_kv_heads, p.group, p.d_k
         width = kv * d_k
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is explained below
-            qkv = A.project(x.reshape(batch * t, d), self._W, self._b)
+            qkv = A.project(x.reshape(batch * t, d), *self._qkv(dtype))  # q scaled
             if not V.all_finite(qkv):
                 self._explain(x, qkv, None, None)
-            q = qkv[:, :d].reshape(batch, t, kv, g, d_k)
+            rows = qkv[:, :d].reshape(batch, t, kv, g, d_k).transpose(0, 2, 3, 1, 4)
+            rows = rows.reshape(batch, kv, g * t, d_k)  # the group's new queries, stacked
             k_new = qkv[:, d : d + width].reshape(batch, t, kv, d_k).transpose(0, 2, 1, 3)
-            self._k[:, :, start:end] = k_new  # beyond `length` until the step succeeds
-            self._v[:, :, start:end] = (
+            cache_k[:, :, start:end] = k_new  # beyond `length` until the step succeeds
+            cache_v[:, :, start:end] = (
                 qkv[:, d + width :].reshape(batch, t, kv, d_k).transpose(0, 2, 1, 3)
             )
-            keys, values = self._k[:, :, :end], self._v[:, :, :end]
-            q_norm = V.largest_row_norm(q)
+            keys, values = cache_k[:, :, :end], cache_v[:, :, :end]
+            q_norm = V.largest_row_norm(rows)
             k_norm = max(self._k_norm, V.largest_row_norm(k_new))
-            limit = 0.25 * float(np.finfo(self.dtype).max)
-            if q_norm * k_norm > limit and not self._scores_finite(q, keys):
-                self._explain(x, qkv, q, keys)
-            small = q_norm * k_norm <= BW.SAFE_SCORE.get(np.dtype(self.dtype), 0)
+            if not V.scores_fit(rows, keys, q_norm, k_norm):
+                self._explain(x, qkv, rows, keys)
+            small = q_norm * k_norm <= BW.SAFE_SCORE.get(dtype, 0)
             if t == 1:  # one new query per head: it may attend to every cached key
-                S = q.reshape(batch, kv, g, d_k) @ keys.transpose(0, 1, 3, 2)  # (b, kv, g, end)
+                S = rows @ keys.transpose(0, 1, 3, 2)  # (batch, kv, g, end)
                 if not small:
                     S -= S.max(axis=-1, keepdims=True)
                 np.exp(S, out=S)
-                o = S @ values  # (batch, kv, g, d_k)
-                o /= S.sum(axis=-1, keepdims=True)
-                heads = o.reshape(batch, d)
+                # Normalised before P @ V (the weights' row is as short as the keys): a sum of
+                # exp(score) * v could overflow where the weighted mean of v does not.
+                S /= S.sum(axis=-1, keepdims=True)
+                heads = (S @ values).reshape(batch, d)  # (batch, kv, g, d_k) flattened
             else:  # a prompt: causal among the new tokens, queries stacked per group
-                rows = q.transpose(0, 2, 3, 1, 4).reshape(batch, kv, g * t, d_k)
                 reach = np.tile(np.arange(start + 1, end + 1), g)[None, None, :]
-                out_rows = np.empty((batch, kv, g * t, d_k), self.dtype)
+                out_rows = np.empty((batch, kv, g * t, d_k), dtype)
                 plan = BW.MaskPlan(reach)
                 BW.attend_in_blocks(rows, keys, values, out_rows, None, plan, small=small)
                 heads = out_rows.reshape(batch, kv, g, t, d_k).transpose(0, 3, 1, 2, 4)
                 heads = heads.reshape(batch * t, d)
-            out = A.project(heads, self._W_o, self._b_o)
+            out = A.project(heads, p.W_o, p.b_o)
         if not V.all_finite(out):
-            self._explain(x, qkv, q, keys, heads)
+            self._explain(x, qkv, rows, keys, values)
+        self._k, self._v = cache_k, cache_v
         self.length = end
         self._k_norm = k_norm
         out = out.reshape(batch, t, d)
         return out[0] if unbatched else out
 
-    @staticmethod
-    def _scores_finite(q, keys) -> bool:
-        batch, t, kv, g, d_k = q.shape
-        rows = q.transpose(0, 2, 3, 1, 4).reshape(batch, kv, g * t, d_k)
-        with np.errstate(all="ignore"):
-            return V.all_finite(rows @ keys.transpose(0, 1, 3, 2))
-
-    def _explain(self, x, qkv, q, keys, heads=None) -> None:
+    def _explain(self, x, qkv, q, keys, values=None) -> None:
         """Raise the ValueError naming the first stage whose finite operands overflowed."""
         p = self.params
         if q is None:  # the projections
@@ -385,8 +397,8 @@ class Decoder:
                 if not V.all_finite(y):
                     W, b = getattr(p, "W_" + part), getattr(p, "b_" + part)
                     names = {"x_new": x, f"W_{part}": W} | ({} if b is None else {f"b_{part}": b})
-                    raise V.overflow(V.stage(part, "x_new", b is not None), self.dtype, names)
-        if heads is None:  # the scores
-            raise V.overflow(V.SCORES, self.dtype, {"q": q, "k": keys})
-        names = {"v": self._v[:, :, : keys.shape[2]], "W_o": p.W_o}
-        raise V.overflow(V.OUTPUT, self.dtype, names | ({} if p.b_o is None else {"b_o": p.b_o}))
+                    raise V.overflow(V.stage(part, "x_new", b is not None), x.dtype, names)
+        if values is None:  # the scores
+            raise V.overflow(V.SCORES, x.dtype, {"q": q, "k": keys})
+        names = {"v": values, "W_o": p.W_o}
+        raise V.overflow(V.OUTPUT, x.dtype, names | ({} if p.b_o is None else {"b_o": p.b_o}))

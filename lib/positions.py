@@ -56,13 +56,17 @@ LAYOUTS = ("half", "interleaved")
 """RoPE's pairings of coordinates: see the module's docstring."""
 
 BASE = 10000.0
-"""The frequency base of the sinusoidal table and of RoPE in both papers."""
+"""The frequency base of the sinusoidal table and of RoPE in both papers. Any finite base
+> 1 is accepted: the frequencies then fall from 1 radian per position (see
+:func:`lib._validate.base` for why smaller ones are refused)."""
 
 
 def query_positions(n_q: int, n_k: int) -> np.ndarray:
     """Positions of the n_q queries against keys at 0..n_k-1: ``n_k - n_q + i``, the last n_q
     positions, as :func:`lib.attention.causal_mask` aligns them (with n_q > n_k the first
     ones are negative: those queries see no key under a causal mask)."""
+    n_q = V.count(n_q, "n_q", low=0)
+    n_k = V.count(n_k, "n_k", low=0)
     return np.arange(n_q) + (n_k - n_q)
 
 
@@ -82,7 +86,7 @@ def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64)
     n = V.count(n, "n", low=0)
     d_model = V.count(d_model, "d_model")
     V.even(d_model, "d_model", "sin and cos come in pairs")
-    base = V.positive(base, "base")
+    base = V.base(base)
     dtype = V.float_dtype(dtype)
     angles = np.arange(n)[:, None] * frequencies(d_model, base)[None, :]  # (n, d/2)
     table = np.empty((n, d_model))
@@ -102,7 +106,7 @@ def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:
     k = V.integer(k, "k")
     d_model = V.count(d_model, "d_model")
     V.even(d_model, "d_model", "sin and cos come in pairs")
-    base = V.positive(base, "base")
+    base = V.base(base)
     angle = k * frequencies(d_model, base)
     c, s = np.cos(angle), np.sin(angle)
     R = np.zeros((d_model, d_model))
@@ -124,7 +128,7 @@ class RoPE:
     layout: str = "half"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "base", V.positive(self.base, "base"))
+        object.__setattr__(self, "base", V.base(self.base))
         V.one_of(self.layout, "layout", LAYOUTS)
 
     def cos_sin(self, positions: np.ndarray, d_k: int, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -169,7 +173,8 @@ def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.nd
     integers, one per row. ``theta_i = base^(-2i / d_k)`` for pair i; ``layout`` says which
     coordinates pair up: ``"half"`` (i with i + d_k/2; Llama in transformers) or
     ``"interleaved"`` (2i with 2i + 1; the RoPE paper, GPT-J). Returns an array of x's shape
-    and dtype; lengths are kept (a rotation). Turning by ``-positions`` undoes it.
+    and dtype; lengths are kept (a rotation), so a pair whose length does not fit the dtype
+    raises ValueError. Turning by ``-positions`` undoes it.
     """
     rope = RoPE(base, layout)
     x = V.real_array(x, "x")
@@ -177,7 +182,11 @@ def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.nd
     V.even(x.shape[-1], "d_k", "RoPE turns pairs of coordinates")
     positions = V.positions(positions, x.shape[-2])
     V.finite(x, "x")
-    return rope.rotate(x, *rope.cos_sin(positions, x.shape[-1], x.dtype))
+    with np.errstate(over="ignore", invalid="ignore"):  # a turn keeps a pair's length,
+        out = rope.rotate(x, *rope.cos_sin(positions, x.shape[-1], x.dtype))  # which may not fit
+    if not V.all_finite(out):
+        raise V.overflow("x turned by RoPE", x.dtype, {"x": x})
+    return out
 
 
 # --------------------------------------------------------------------------- ALiBi
@@ -212,10 +221,13 @@ def alibi_bias(n_q: int, n_k: int, slopes) -> np.ndarray:
     bias for keys after the query is not defined (it is causal); here it is the same
     penalty on the distance, as bidirectional uses of ALiBi do.
     """
-    n_q = V.count(n_q, "n_q", low=0)
-    n_k = V.count(n_k, "n_k", low=0)
+    queries = query_positions(n_q, n_k)  # (n_q,), checking n_q and n_k
     slopes = V.real_array(slopes, "slopes")
     V.rank(slopes, "slopes", (1,), "(heads,)")
     V.finite(slopes, "slopes")
-    distance = np.abs(query_positions(n_q, n_k)[:, None] - np.arange(n_k)[None, :])  # (n_q, n_k)
-    return -slopes[:, None, None] * distance.astype(slopes.dtype)[None]
+    distance = np.abs(queries[:, None] - np.arange(n_k)[None, :])  # (n_q, n_k)
+    with np.errstate(over="ignore"):
+        bias = -slopes[:, None, None] * distance.astype(slopes.dtype)[None]  # (heads, n_q, n_k)
+    if not V.all_finite(bias):
+        raise V.overflow("ALiBi's bias -slopes * |i - j|", slopes.dtype, {"slopes": slopes})
+    return bias

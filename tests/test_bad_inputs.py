@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lib import _validate as V
 from lib import attention as A
 from lib import backprop as BP
 from lib import blockwise as BW
@@ -186,6 +187,65 @@ FORWARD_RULES = [
 ]  # fmt: skip
 
 
+def huge_values_params(dtype=np.float32):
+    """W_q = W_k = a I, with a^2 = 14.95: x = ones gives every score 4 a^2 / sqrt(4) = 29.9, so
+    exp(score) is about 1e13; W_v = 1e25 makes every value 8e25. The answer (the values' mean,
+    then W_o = I) is 8e25; exp(score) times a value is not a float32 number."""
+    a = np.eye(8, dtype=dtype) * np.sqrt(dtype(14.95))
+    return params(bias=False, dtype=dtype, W_q=a, W_k=a.copy(), W_v=huge((8, 8), 1e25, dtype),
+                  W_o=np.eye(8, dtype=dtype))  # fmt: skip
+
+
+def as_float64(p):
+    return dataclasses.replace(p, **{
+        n: getattr(p, n).astype(np.float64) for n in V.PARAM_NAMES if getattr(p, n) is not None
+    })  # fmt: skip
+
+
+def close_to(want, dtype, tol):
+    """A check of a forward's output: its dtype, and within tol of want (relative)."""
+
+    def check(forward, out):
+        if out.dtype != dtype:
+            raise AssertionError(f"the output is {out.dtype}, not {np.dtype(dtype)}")
+        np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
+
+    return check
+
+
+def mixed(x_dtype, param_dtypes):
+    """(args, check): x in x_dtype, params with some arrays in float32 (the rest float64); the
+    check wants float64 and the forward's answer on float64 copies of the same numbers."""
+
+    def args():
+        p = params(h=4)  # d_k = 2: 1/sqrt(d_k) is not a power of two, so float32 rounds it
+        p = dataclasses.replace(p, **{n: getattr(p, n).astype(t) for n, t in param_dtypes.items()})
+        a = x(dtype=x_dtype)
+        return a, a, p, A.causal_mask(3)
+
+    def check(forward, out):
+        a, _, p, mask = args()
+        a64 = a.astype(np.float64)
+        want = forward(a64, a64, as_float64(p), mask)[0]
+        close_to(want, np.float64, 1e-12)(forward, out)
+
+    return args, check
+
+
+ALL_F32 = {n: np.float32 for n in V.PARAM_NAMES}
+WEIGHTS_F32 = {n: np.float32 for n in V.WEIGHT_NAMES}
+
+# (rule, arguments built when called, a check of (forward, output) that raises when it is wrong)
+ACCEPTED_FORWARD_RULES = [
+    ("huge values whose weighted mean fits: not an overflow",
+     lambda: (np.ones((2, 3, 8), np.float32),) * 2 + (huge_values_params(), None),
+     close_to(np.full((2, 3, 8), 8e25), np.float32, 1e-5)),
+    ("float32 params, float64 inputs: computed in float64", *mixed(np.float64, ALL_F32)),
+    ("float64 biases, float32 inputs and weights: computed in float64",
+     *mixed(np.float32, WEIGHTS_F32)),
+]  # fmt: skip
+
+
 def as_gqa(p):
     """The same layer as a GQAParams with one query head per key/value head (the same
     arrays, unchecked, so that the forward's own checks are the ones tested)."""
@@ -196,7 +256,7 @@ def as_gqa(p):
 
 
 def gqa_forward(x_q, x_kv, p, mask):
-    return KV.gqa_attention(x_q, x_kv, as_gqa(p), mask)
+    return KV.gqa_attention(x_q, x_kv, as_gqa(p), mask)[0]
 
 
 def forward_rows():
@@ -208,6 +268,10 @@ def forward_rows():
             fragments = ("params must be a GQAParams", "got dict")
         yield Row("kv_cache.gqa_attention", rule, lambda a=args: gqa_forward(*a()), error,
                   fragments)  # fmt: skip
+    forwards = FORWARDS | {"kv_cache.gqa_attention": lambda *a: (gqa_forward(*a),)}
+    for name, forward in forwards.items():
+        for rule, args, check in ACCEPTED_FORWARD_RULES:
+            yield Row(name, rule, lambda f=forward, a=args, c=check: c(f, f(*a())[0]), None)
 
 
 # --------------------------------------------------------------------------- the rest
@@ -315,9 +379,44 @@ def tiny_task(n, seq_len, r):
     return T.copy_offsets_task(n, seq_len, 5, (1,), r)
 
 
+def mixed_core(core):
+    """A float32 q with float64 k and v (d_k = 2): the output must be float64 and equal the
+    core's answer on float64 copies."""
+    r = rng()
+    q, k, v = r.normal(size=(3, 2)).astype(np.float32), r.normal(size=(4, 2)), r.normal(size=(4, 3))
+
+    def first(out):
+        return out[0] if isinstance(out, tuple) else out
+
+    want = first(core(q.astype(np.float64), k, v))
+    close_to(want, np.float64, 1e-12)(core, first(core(q, k, v)))
+
+
+def decoded(p, xs):
+    """The outputs of a decoder of p fed each of xs in turn, concatenated."""
+    dec = decoder(p)
+    return np.concatenate([dec(a) for a in xs], axis=-2)
+
+
+def huge_values_decoded(one_token_at_a_time: bool):
+    p = as_gqa(huge_values_params())
+    xs = [np.ones((1, 8), np.float32)] * 3 if one_token_at_a_time else [np.ones((3, 8), np.float32)]
+    close_to(np.full((3, 8), 8e25), np.float32, 1e-5)(None, decoded(p, xs))
+
+
+def mixed_decoded(one_token_at_a_time: bool):
+    """float64 tokens into a decoder of float32 weights (d_k = 2)."""
+    a = x((3, 8))
+    xs = [a[i : i + 1] for i in range(3)] if one_token_at_a_time else [a]
+    p = gqa(dtype=np.float32)
+    want = decoded(as_float64(p), xs)
+    close_to(want, np.float64, 1e-12)(None, decoded(p, xs))
+
+
 EXPERIMENT = dict(vocab_size=5, n_classes=5, d_model=8, n_heads=2, batch=4, n_eval=4)
 E = ValueError
 q3 = np.ones((3, 4))
+q3_32 = q3.astype(np.float32)  # float32 values: the scores of float32 q and k stay float32
 OTHER_ROWS = [
     # scaled_dot_product_attention
     Row("scaled_dot_product_attention", "NaN in k",
@@ -349,11 +448,13 @@ OTHER_ROWS = [
         lambda: A.scaled_dot_product_attention(q3, q3, q3, np.ones((4, 4), bool)), E,
         ("mask of shape (4, 4) cannot broadcast to the attention scores' shape (3, 3)",)),
     Row("scaled_dot_product_attention", "scores overflow",
-        lambda: A.scaled_dot_product_attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3), E,
+        lambda: A.scaled_dot_product_attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3_32), E,
         ("the scores q k^T / sqrt(d_k) overflow float32",)),
     Row("scaled_dot_product_attention", "complex input",
         lambda: A.scaled_dot_product_attention(q3 * 1j, q3, q3), E,
         ("q must hold real numbers",)),
+    Row("scaled_dot_product_attention", "float32 q, float64 k and v: computed in float64",
+        lambda: mixed_core(A.scaled_dot_product_attention), None),
     Row("scaled_dot_product_attention", "lists are converted",
         lambda: A.scaled_dot_product_attention(q3.tolist(), q3.tolist(), q3.tolist()), None),
     # softmax
@@ -538,7 +639,12 @@ OTHER_ROWS = [
         ("d_model must be even (sin and cos come in pairs), got 7",)),
     Row("positions.sinusoidal_table", "negative base",
         lambda: POS.sinusoidal_table(3, 4, base=-1.0), E,
-        ("base must be a finite number > 0, got -1.0",)),
+        ("base must be a finite number > 1, got -1.0",)),
+    Row("positions.sinusoidal_table", "subnormal base (its frequencies overflow)",
+        lambda: POS.sinusoidal_table(3, 64, base=5e-324), E,
+        ("base must be a finite number > 1", "got 5e-324")),
+    Row("positions.sinusoidal_table", "base 1", lambda: POS.sinusoidal_table(3, 4, base=1.0), E,
+        ("base must be a finite number > 1, got 1.0",)),
     Row("positions.sinusoidal_table", "integer dtype",
         lambda: POS.sinusoidal_table(3, 4, dtype=int), E, ("dtype must be a floating-point",)),
     Row("positions.sinusoidal_shift", "float shift", lambda: POS.sinusoidal_shift(1.5, 4), E,
@@ -550,13 +656,17 @@ OTHER_ROWS = [
     Row("positions.sinusoidal_shift", "odd d_model", lambda: POS.sinusoidal_shift(1, 5), E,
         ("d_model must be even (sin and cos come in pairs), got 5",)),
     Row("positions.sinusoidal_shift", "base 0", lambda: POS.sinusoidal_shift(1, 4, 0.0), E,
-        ("base must be a finite number > 0, got 0.0",)),
+        ("base must be a finite number > 1, got 0.0",)),
+    Row("positions.sinusoidal_shift", "base below 1",
+        lambda: POS.sinusoidal_shift(1, 4, 0.5), E, ("base must be a finite number > 1, got 0.5",)),
     Row("positions.sinusoidal_shift", "negative shifts are fine",
         lambda: POS.sinusoidal_shift(-3, 4), None),
     Row("positions.RoPE", "negative base", lambda: POS.RoPE(-1.0), E,
-        ("base must be a finite number > 0, got -1.0",)),
+        ("base must be a finite number > 1, got -1.0",)),
     Row("positions.RoPE", "base as a string", lambda: POS.RoPE("10000"), E,
-        ("base must be a number > 0, got '10000' (str)",)),
+        ("base must be a number > 1, got '10000' (str)",)),
+    Row("positions.RoPE", "subnormal base", lambda: POS.RoPE(1e-310), E,
+        ("base must be a finite number > 1, got 1e-310",)),
     Row("positions.RoPE", "unknown layout", lambda: POS.RoPE(layout="split"), E,
         ("layout must be one of 'half', 'interleaved', got 'split'",)),
     Row("positions.rope_rotate", "one axis", lambda: POS.rope_rotate(np.ones(4), [0]), E,
@@ -578,6 +688,17 @@ OTHER_ROWS = [
     Row("positions.rope_rotate", "unknown layout",
         lambda: POS.rope_rotate(np.ones((2, 4)), [0, 1], layout="neox"), E,
         ("layout must be one of 'half', 'interleaved'",)),
+    Row("positions.rope_rotate", "subnormal base (its frequencies overflow)",
+        lambda: POS.rope_rotate(np.ones((2, 64)), [0, 1], base=5e-324), E,
+        ("base must be a finite number > 1", "got 5e-324")),
+    Row("positions.rope_rotate", "turned pairs that overflow",
+        lambda: POS.rope_rotate(huge((2, 2), 3e38), [0, 1]), E,
+        ("x turned by RoPE overflow float32", "|x| = 3e+38")),
+    Row("positions.rope_rotate", "boolean positions",
+        lambda: POS.rope_rotate(np.ones((2, 4)), [True, False]), E,
+        ("positions must be a 1-D array of integers, got bool (2,)",)),
+    Row("positions.rope_rotate", "no tokens: positions an empty list",
+        lambda: POS.rope_rotate(np.ones((0, 4)), []), None),
     Row("positions.rope_rotate", "lists are converted",
         lambda: POS.rope_rotate([[1.0, 2.0], [3.0, 4.0]], [0, 1]), None),
     Row("positions.alibi_slopes", "no heads", lambda: POS.alibi_slopes(0), E,
@@ -595,6 +716,17 @@ OTHER_ROWS = [
         ("slopes contains NaN or inf (first at index (1,), shape (2,))",)),
     Row("positions.alibi_bias", "string slopes", lambda: POS.alibi_bias(2, 3, ["a"]), E,
         ("slopes must hold real numbers, got dtype <U1",)),
+    Row("positions.alibi_bias", "a bias that overflows",
+        lambda: POS.alibi_bias(3, 3, huge((1,), 3e38)), E,
+        ("ALiBi's bias -slopes * |i - j| overflow float32", "|slopes| = 3e+38")),
+    Row("positions.query_positions", "negative n_q", lambda: POS.query_positions(-1, 3), E,
+        ("n_q must be an integer >= 0, got -1",)),
+    Row("positions.query_positions", "float n_k", lambda: POS.query_positions(2, 3.0), E,
+        ("n_k must be an integer >= 0, got 3.0 (float)",)),
+    Row("positions.query_positions", "bool n_q", lambda: POS.query_positions(True, 3), E,
+        ("n_q must be an integer >= 0, got True (bool)",)),
+    Row("positions.query_positions", "more queries than keys",
+        lambda: POS.query_positions(3, 1), None),
     Row("positions.alibi_bias", "lists are converted",
         lambda: POS.alibi_bias(2, 3, [0.5, 0.25]), None),
     # backprop: positions
@@ -729,12 +861,14 @@ OTHER_ROWS = [
         lambda: BW.attention(q3, q3, q3, np.ones((4, 4), bool)), E,
         ("mask of shape (4, 4) cannot broadcast to the attention scores' shape (3, 3)",)),
     Row("blockwise.attention", "scores overflow",
-        lambda: BW.attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3), E,
+        lambda: BW.attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3_32), E,
         ("the scores q k^T / sqrt(d_k) overflow float32",)),
     Row("blockwise.attention", "huge values are not an overflow",
         lambda: finite_result(lambda: BW.attention(
             np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), huge((3, 2), 3e38))),
         None),
+    Row("blockwise.attention", "float32 q, float64 k and v: computed in float64",
+        lambda: mixed_core(BW.attention), None),
     Row("blockwise.attention", "lists are converted",
         lambda: BW.attention(q3.tolist(), q3.tolist(), q3.tolist(), causal=True), None),
     Row("blockwise.online_softmax_attention", "NaN in v",
@@ -750,8 +884,10 @@ OTHER_ROWS = [
         lambda: BW.online_softmax_attention(q3, q3, q3, np.tril(np.ones((3, 3), int))), E,
         ("mask must be boolean", "`mask.astype(bool)`")),
     Row("blockwise.online_softmax_attention", "scores overflow",
-        lambda: BW.online_softmax_attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3), E,
+        lambda: BW.online_softmax_attention(huge((2, 4), 1e20), huge((3, 4), 1e20), q3_32), E,
         ("the scores q k^T / sqrt(d_k) overflow float32",)),
+    Row("blockwise.online_softmax_attention", "float32 q, float64 k and v: computed in float64",
+        lambda: mixed_core(BW.online_softmax_attention), None),
     Row("blockwise.online_softmax_attention", "huge values are not an overflow",
         lambda: finite_result(lambda: BW.online_softmax_attention(
             np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), huge((3, 2), 3e38))),
@@ -852,6 +988,14 @@ OTHER_ROWS = [
     Row("kv_cache.Decoder.__call__", "output overflows",
         lambda: huge_value_decoder()(np.ones((1, 8), np.float32)), E,
         ("the output", "overflow float32", "|W_o| = 1e+03")),
+    Row("kv_cache.Decoder.__call__", "huge values whose weighted mean fits, as a prompt",
+        lambda: huge_values_decoded(False), None),
+    Row("kv_cache.Decoder.__call__", "huge values whose weighted mean fits, token by token",
+        lambda: huge_values_decoded(True), None),
+    Row("kv_cache.Decoder.__call__", "float64 prompt, float32 weights: computed in float64",
+        lambda: mixed_decoded(False), None),
+    Row("kv_cache.Decoder.__call__", "float64 tokens, float32 weights: computed in float64",
+        lambda: mixed_decoded(True), None),
     Row("kv_cache.Decoder.__call__", "a prompt, then a token, as lists",
         lambda: stepped(decoder(), np.ones((3, 8)).tolist(), [[0.5] * 8]), None),
     Row("kv_cache.Decoder.__call__", "no new token", lambda: decoder()(np.ones((0, 8))), None),
@@ -899,6 +1043,7 @@ def test_every_public_forward_and_rule_is_in_the_table():
         "backprop.mha_forward(rope)", "backprop.mha_forward(score_bias)",
         "positions.sinusoidal_table", "positions.sinusoidal_shift", "positions.RoPE",
         "positions.rope_rotate", "positions.alibi_slopes", "positions.alibi_bias",
+        "positions.query_positions",
         "tiny.last_marked_task", "tiny.position_experiment",
     ):  # fmt: skip
         assert name in functions, name

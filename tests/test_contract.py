@@ -11,23 +11,28 @@ written here (the projections by hand, F.scaled_dot_product_attention per head).
 """
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_TILES, kernel_sizes
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tolerances import assert_within, mha_tolerances
+from tolerances import assert_within, mha_tolerances, sdpa_tolerances
 from torch.nn import functional as F
 
 from lib import _validate as V
 from lib import attention as A
 from lib import backprop as BP
+from lib import blockwise as BW
 from lib import kv_cache as KV
 from lib import lists as L
+from lib import positions as POS
 from lib import torch_bridge as TB
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
+SAFE_SCORE = BW.SAFE_SCORE
 BIASES = ("b_q", "b_k", "b_v", "b_o")
 
 
@@ -320,3 +325,195 @@ def test_a_missing_bias_is_written_as_zeros():
     out, _ = A.multi_head_attention(x, x, no_b_k)
     t_out, _ = TB.to_torch_mha(no_b_k)(*(torch.from_numpy(x),) * 3)
     assert_within(out, t_out.detach().numpy(), mha_tolerances(np.float64, x, x, no_b_k)[1])
+
+
+# --------------------------------------------------------------------------- every forward, by name
+
+
+def _decoded(p, x, prompt: bool):
+    """KV.Decoder on the whole of x (causal self-attention): as one prompt, or token by token."""
+    decoder = KV.Decoder(p, batch=x.shape[0], max_len=x.shape[1])
+    if prompt:
+        return decoder(x)
+    return np.concatenate([decoder(x[:, i : i + 1]) for i in range(x.shape[1])], axis=1)
+
+
+def _tiny_tiles(forward):
+    def run(*args):
+        with kernel_sizes(**TINY_TILES):  # small scores without weights take the tiles
+            return forward(*args)
+
+    return run
+
+
+def _gqa(x_q, x_kv, p, mask, **kw):
+    return KV.gqa_attention(x_q, x_kv, KV.gqa_from_mha(p, p.n_heads), mask, **kw)[0]
+
+
+MHA_FORWARDS = {  # (x_q, x_kv, params, mask) -> output; the decoders: self-attention, causal
+    "fast": lambda *a: A.multi_head_attention(*a)[0],
+    "fast, no weights": lambda *a: A.multi_head_attention(*a, need_weights=False)[0],
+    "fast, no weights, tiles": _tiny_tiles(
+        lambda *a: A.multi_head_attention(*a, need_weights=False)[0]
+    ),
+    "reshape": lambda *a: A.multi_head_attention_reshape(*a)[0],
+    "per head": lambda *a: A.multi_head_attention_per_head(*a)[0],
+    "mha_forward": lambda *a: BP.mha_forward(*a)[0],
+    "gqa_attention": _gqa,
+    "gqa_attention, no weights, tiles": _tiny_tiles(lambda *a: _gqa(*a, need_weights=False)),
+    "Decoder, prompt": lambda x_q, x_kv, p, mask: _decoded(p, x_q, prompt=True),
+    "Decoder, token by token": lambda x_q, x_kv, p, mask: _decoded(p, x_q, prompt=False),
+}
+CORES = {  # (q, k, v, mask) -> output
+    "scaled_dot_product_attention": lambda *a: A.scaled_dot_product_attention(*a)[0],
+    "blockwise.attention": BW.attention,
+    "blockwise.attention, tiles": _tiny_tiles(BW.attention),
+    "blockwise.online_softmax_attention": BW.online_softmax_attention,
+}
+
+
+def _as(p: A.MHAParams, dtype, names=V.PARAM_NAMES) -> A.MHAParams:
+    """p with the arrays ``names`` in ``dtype``."""
+    present = [n for n in names if getattr(p, n) is not None]
+    return dataclasses.replace(p, **{n: getattr(p, n).astype(dtype) for n in present})
+
+
+# --------------------------------------------------------------------------- huge values
+
+
+def _one_head(dtype, score, value, w_o=1.0):
+    """d = 1, one head: W_q = W_k = sqrt(score) (so x = 1 gives that score), W_v = value."""
+    w = np.array([[math.sqrt(score)]], dtype)
+    return A.MHAParams(w, w.copy(), np.array([[value]], dtype), np.array([[w_o]], dtype), 1)
+
+
+HUGE = {  # (dtype, score, value, keys): the answer, `value`, is finite; exp(score) * value not
+    "float32, score 29.9, values 1e26": (np.float32, 29.9, 1e26, 1),
+    "float64, score 299, values 1e180": (np.float64, 299.0, 1e180, 1),
+    "float32, 100 equal keys, values 1e37": (np.float32, 1.0, 1e37, 100),
+}
+
+
+@pytest.mark.parametrize("case", HUGE)
+@pytest.mark.parametrize("forward", MHA_FORWARDS)
+def test_huge_values_whose_mean_fits_are_not_an_overflow(case, forward):
+    """A query's output is a weighted mean of the values: it fits the dtype whenever they do.
+    The fast kernels sum exp(score) * v before dividing by the sum of exp(score), and that sum
+    can overflow where the answer does not; every forward must still give the answer."""
+    dtype, score, value, n = HUGE[case]
+    p = _one_head(dtype, score, value)
+    x = np.ones((1, n, 1), dtype)
+    mask = A.causal_mask(n)
+    p64, x64 = _as(p, np.float64), x.astype(np.float64)
+    want = A.multi_head_attention_reshape(x64, x64, p64, mask)[0]
+    exact = float(np.asarray(value, dtype)) * float(p.W_o[0, 0])  # a mean of equal values
+    assert_within(want, exact, mha_tolerances(np.float64, x64, x64, p64, mask)[1], "float64")
+    got = MHA_FORWARDS[forward](x, x, p, mask)
+    assert got.dtype == dtype
+    assert_within(got, want, mha_tolerances(dtype, x64, x64, p64, mask)[1], forward)
+
+
+@pytest.mark.parametrize("case", HUGE)
+@pytest.mark.parametrize("core", CORES)
+def test_huge_values_in_the_attention_cores(case, core):
+    dtype, score, value, n = HUGE[case]
+    q = np.full((n, 1), math.sqrt(score), dtype)
+    v = np.full((n, 1), value, dtype)
+    got = CORES[core](q, q, v, A.causal_mask(n))
+    assert got.dtype == dtype
+    tol = sdpa_tolerances(dtype, q, q, v, A.causal_mask(n))[1]
+    assert_within(got, v[0, 0], tol, core)  # a mean of equal values: that value
+
+
+@pytest.mark.parametrize("forward", MHA_FORWARDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_an_output_that_does_overflow_still_says_so(forward, dtype):
+    """Huge values whose mean fits (exp(score) * v does not), then a W_o that makes the true
+    output overflow: the error stays."""
+    big = float(np.finfo(dtype).max) / 1e5
+    score = SAFE_SCORE[np.dtype(dtype)] - 0.1
+    p = _one_head(dtype, score, big, w_o=1e6)  # output: 10 x the dtype's largest number
+    x = np.ones((1, 1, 1), dtype)
+    with pytest.raises(ValueError, match=rf"the output .* overflow {np.dtype(dtype).name}"):
+        MHA_FORWARDS[forward](x, x, p, None)
+
+
+# --------------------------------------------------------------------------- mixed dtypes
+
+F32_PARAMS = {name: np.float32 for name in V.PARAM_NAMES}
+F32_WEIGHTS = {name: np.float32 for name in V.WEIGHT_NAMES}
+MIXED = {  # (x_q's dtype, x_kv's dtype, {param names: dtype}); the rest float64
+    "float32 inputs, float64 params": (np.float32, np.float32, {}),
+    "float64 inputs, float32 params": (np.float64, np.float64, F32_PARAMS),
+    "float32 inputs and weights, float64 biases": (np.float32, np.float32, F32_WEIGHTS),
+    "float64 inputs, float32 W_q": (np.float64, np.float64, {"W_q": np.float32}),
+    "float32 x_q, float64 x_kv": (np.float32, np.float64, {}),
+    "float64 x_q, float32 x_kv and params": (np.float64, np.float32, F32_PARAMS),
+}
+
+
+def _mixed(case):
+    """x_q, x_kv, params, and float64 copies of the same numbers: params, x_q, x_kv (d_k = 2:
+    1/sqrt(d_k) is not a power of two, so a scale applied in float32 shows)."""
+    q_dtype, kv_dtype, param_dtypes = MIXED[case]
+    rng = np.random.default_rng(11)
+    p64 = A.init_mha_params(6, 3, rng, bias=True)
+    x = rng.normal(size=(2, 5, 6))
+    p = p64
+    for name, dtype in param_dtypes.items():
+        p = _as(p, dtype, (name,))
+    x_q = x.astype(q_dtype)
+    x_kv = x_q if kv_dtype == q_dtype else x.astype(kv_dtype)
+    return x_q, x_kv, p, _as(p, np.float64), x_q.astype(np.float64), x_kv.astype(np.float64)
+
+
+@pytest.mark.parametrize(
+    "case, forward",
+    [
+        (case, forward)
+        for case in MIXED
+        for forward in MHA_FORWARDS
+        # the decoders are self-attention: one input, so one dtype for x_q and x_kv
+        if not (forward.startswith("Decoder") and MIXED[case][0] != MIXED[case][1])
+    ],
+)
+def test_mixed_float32_and_float64_are_computed_in_float64(case, forward):
+    """NumPy's rule: the result's dtype is np.result_type of every input, weight and bias, and
+    every step is computed in it, so the answer has that dtype's accuracy (against the
+    reshape form on float64 copies of the same numbers)."""
+    x_q, x_kv, p, p64, q64, kv64 = _mixed(case)
+    mask = A.causal_mask(5)
+    want = A.multi_head_attention_reshape(q64, kv64, p64, mask)[0]
+    dtype = np.result_type(x_q, x_kv, *(getattr(p, n) for n in V.PARAM_NAMES))
+    assert dtype == np.float64
+    got = MHA_FORWARDS[forward](x_q, x_kv, p, mask)
+    assert got.dtype == dtype
+    assert_within(got, want, mha_tolerances(np.float64, q64, kv64, p64, mask)[1], forward)
+
+
+@pytest.mark.parametrize("case", MIXED)
+@pytest.mark.parametrize("positions", ["rope", "alibi"])
+def test_mixed_dtypes_with_positions(case, positions):
+    x_q, x_kv, p, p64, q64, kv64 = _mixed(case)
+    alibi = POS.alibi_bias(5, 5, POS.alibi_slopes(3))
+    extra = {"rope": {"rope": POS.RoPE()}, "alibi": {"score_bias": alibi}}[positions]
+    want = BP.mha_forward(q64, kv64, p64, A.causal_mask(5), **extra)[0]
+    got = BP.mha_forward(x_q, x_kv, p, A.causal_mask(5), **extra)[0]
+    assert got.dtype == np.float64
+    tol = mha_tolerances(np.float64, q64, kv64, p64, A.causal_mask(5), **extra)[1]
+    assert_within(got, want, tol, positions)
+
+
+@pytest.mark.parametrize("core", CORES)
+@pytest.mark.parametrize("narrow", ["q", "k", "v"])
+def test_mixed_q_k_v_are_computed_in_float64(core, narrow):
+    rng = np.random.default_rng(12)
+    qkv = {"q": rng.normal(size=(2, 5, 3)), "k": rng.normal(size=(2, 7, 3)),
+           "v": rng.normal(size=(2, 7, 2))}  # fmt: skip
+    qkv[narrow] = qkv[narrow].astype(np.float32)
+    mask = A.causal_mask(5, 7)
+    q64, k64, v64 = (a.astype(np.float64) for a in qkv.values())
+    want = A.scaled_dot_product_attention(q64, k64, v64, mask)[0]
+    got = CORES[core](*qkv.values(), mask)
+    assert got.dtype == np.float64
+    assert_within(got, want, sdpa_tolerances(np.float64, q64, k64, v64, mask)[1], core)

@@ -276,3 +276,35 @@ def test_the_decoder_keeps_its_own_copy_of_the_weights():
     p.W_q[:] = np.nan  # changed in place after the decoder was built
     decoder.reset()
     np.testing.assert_array_equal(decoder(x), before)
+
+
+def test_wider_tokens_widen_the_cache_until_reset():
+    """float32 weights, then float64 tokens: computed in float64 (NumPy's promotion), with the
+    keys cached so far widened; a step that fails leaves the cache as it was, dtype included;
+    reset() goes back to the weights' float32."""
+    rng = np.random.default_rng(9)
+    p = KV.init_gqa_params(12, 6, 2, rng, dtype=np.float32)  # d_k = 2
+    x = rng.normal(size=(1, 6, 12))
+    x32 = x.astype(np.float32)
+    decoder = KV.Decoder(p, max_len=6)
+    first = decoder(x32[:, :3])
+    assert first.dtype == decoder.keys.dtype == np.float32
+    keys = decoder.keys.copy()
+    with pytest.raises(ValueError, match="overflow float64"):
+        decoder(np.full((1, 1, 12), 1e307))
+    assert decoder.keys.dtype == np.float32 and decoder.length == 3
+    np.testing.assert_array_equal(decoder.keys, keys)
+    rest = decoder(x[:, 3:])
+    assert rest.dtype == decoder.keys.dtype == np.float64
+    np.testing.assert_array_equal(decoder.keys[:, :, :3], keys)  # widened exactly
+    # the first three keys were computed in float32: float32's accuracy for the rest
+    whole = np.concatenate([x32[:, :3].astype(np.float64), x[:, 3:]], axis=1)
+    want = KV.gqa_attention(whole, whole, p, A.causal_mask(6))[0]
+    tol = mha_tolerances(np.float32, whole, whole, p, A.causal_mask(6))[1]
+    assert_within(rest, want[:, 3:], tol[:, 3:], "float64 steps after float32 ones")
+    decoder.reset()
+    again = decoder(x32)
+    assert again.dtype == decoder.keys.dtype == np.float32
+    want32 = KV.gqa_attention(x32, x32, p, A.causal_mask(6))[0]
+    tol = mha_tolerances(np.float32, x32, x32, p, A.causal_mask(6))[1]
+    assert_within(again, want32, tol, "float32 again")

@@ -341,3 +341,20 @@ def test_query_positions_follow_causal_masks_convention():
         sees = mask.any(axis=1)  # with n_q > n_k the first queries see no key
         np.testing.assert_array_equal(positions[sees], mask.sum(axis=1)[sees] - 1)
         assert (positions[~sees] < 0).all()
+
+
+@pytest.mark.parametrize(
+    "base", [math.nextafter(1.0, 2.0), 1.5, 1e4, 1e300, 1.7976931348623157e308]
+)
+def test_every_accepted_base_gives_finite_positions(base):
+    """Any finite base > 1 (the range lib.positions accepts) keeps every frequency in
+    (0, 1], so every angle p * theta_i is finite for any int64 position p: tables, shifts
+    and turns stay finite. Below 1 they grow past 1 radian per position without bound."""
+    far = np.array([0, 1, -(2**62), 2**62])
+    assert np.isfinite(POS.rope_rotate(np.ones((4, 512)), far, base=base)).all()
+    assert np.isfinite(POS.sinusoidal_table(3, 512, base)).all()
+    assert np.isfinite(POS.sinusoidal_shift(2**62, 512, base)).all()
+    theta = POS.frequencies(512, base)
+    assert theta[0] == 1.0 and (theta > 0).all() and (theta <= 1.0).all()
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
+        POS.RoPE(math.nextafter(1.0, 0.0))

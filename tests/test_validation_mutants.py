@@ -58,6 +58,8 @@ UNCHECKED = {
     "leading_axes": lambda shapes: np.broadcast_shapes(*(s[:-2] for s in shapes.values())),
     "kv_heads": lambda n_heads, n_kv_heads: n_heads // n_kv_heads,
     "gqa_param_fields": lambda weights, biases, n_heads, n_kv_heads: (weights, biases),
+    "promoted": lambda x_q, x_kv, p: (x_q, x_kv, p),
+    "integers": lambda values, name: np.asarray(values),
     "decoder_input": lambda x, batch, d_model: (
         (np.asarray(x)[None], True) if np.ndim(x) == 2 else (np.asarray(x), False)
     ),

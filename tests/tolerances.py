@@ -166,8 +166,9 @@ def softmax_errors(dtype, s, v, ds=0.0, dv=0.0, errors=WORST):
       R.FUNCTION_DEPTH + n_k + 1 times, and an online softmax with up to n_k blocks adds
       R.FUNCTION_DEPTH + 1 per rescaling; an exp that underflows is off by at most the
       smallest normal number;
-    - outputs sum_j w_j v_j: the weights' and the values' errors, and n_k + 1 roundings on
-      sum_j w_j |v_j|.
+    - outputs sum_j w_j v_j: the weights' and the values' errors, and n_k + 3 roundings on
+      sum_j w_j |v_j| (the sum, and v scaled down by its largest entry and back where the
+      unnormalised sum would overflow: lib.blockwise.weighted_means).
     """
     dtype = np.dtype(dtype)
     s = np.asarray(s, np.float64)
@@ -188,7 +189,7 @@ def softmax_errors(dtype, s, v, ds=0.0, dv=0.0, errors=WORST):
     v = np.asarray(v, np.float64)
     dv, absv = np.broadcast_to(dv, v.shape), np.abs(v)
     dout = errors.add(errors.spread(dw, absv), errors.spread(w, dv))
-    dout = errors.add(dout, errors.rounding(dtype, n_k + 1, w @ absv))
+    dout = errors.add(dout, errors.rounding(dtype, n_k + 3, w @ absv))
     return w, dw, w @ v, dout
 
 
