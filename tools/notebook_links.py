@@ -43,37 +43,58 @@ BADGE_LINE = re.compile(r"^(\[!\[Open In Colab\]|\*Run in Colab:\*).*$", re.MULT
 SETUP_TEMPLATE = """\
 {first_line} In Colab, or any Jupyter without the
 # course, it installs the course's helpers (`lib`) and what they need that is missing,
-# upgrading nothing already installed (README, "Run in Colab").
-import importlib.metadata
+# upgrading nothing already installed. Stopped, or failed? Do what it says and run it
+# again: it carries on from where it stopped (README, "Run in Colab").
+import importlib
 import os
 import subprocess
 import sys
 import time
 
-if not list(importlib.metadata.distributions(name="mha-from-scratch-course")):
-    started = time.monotonic()
-{source_lines}
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", source]
-    done = subprocess.run(pip, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"pip could not install the course from {{source}}:\\n{{done.stderr}}")
-    importlib.invalidate_caches()
+started = None  # when this cell began installing the course
+try:  # `import lib` imports nothing, lib.install only the standard library
     from lib import install
 
-    install.missing_requirements(needs={needs}, started=started)"""
+    course_missing = not install.course_complete()
+except Exception:  # not installed, or pip was stopped while writing lib/install.py
+    course_missing = True
+if course_missing:  # not installed, or pip was stopped half-way: install it (again)
+    started = time.monotonic()
+    colab = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+{source_lines}
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed"]
+    done = subprocess.run([*pip, source], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"pip could not install the course from {{source}}:\\n{{done.stderr}}\\n{{todo}}"
+        )
+    importlib.invalidate_caches()
+    sys.modules.pop("lib.install", None)  # a half-written copy may have been imported
+    install = importlib.import_module("lib.install")
+install.set_up(needs={needs}, started=started)"""
 
-SOURCE_PUBLISHED = """\
+SOURCE_PUBLISHED = '''\
+    todo = (  # what to do, where the learner is
+        "Check that this runtime is online, then run this cell again."
+        if colab
+        else "Check the network and run this cell again, or run `make lab` in a clone of the "
+        "course and open the notebook there."
+    )
     # Where from: the course's public address; COURSE_SOURCE overrides it (tests use a wheel).
-    source = os.environ.get("COURSE_SOURCE", "{archive}")"""
+    source = os.environ.get("COURSE_SOURCE") or "{archive}"'''
 
 SOURCE_UNPUBLISHED = """\
+    wheel = os.path.join(os.getcwd(), "{wheel}")
+    todo = (  # what to do, where the learner is
+        f"Upload the course's wheel (Files pane), run `%env COURSE_SOURCE={{wheel}}` in a new "
+        "cell, then this cell again."
+        if colab
+        else "Run `make lab` in a clone of the course and open the notebook there, or run "
+        "`%env COURSE_SOURCE=PATH` (a clone, wheel or archive of the course) and this cell again."
+    )
     source = os.environ.get("COURSE_SOURCE")  # a wheel, an archive or a folder of the course
     if not source:
-        raise RuntimeError(
-            "this copy of the course has no public address yet, so there is nothing to "
-            "install it from: open it from a clone (README, 'Set-up: two commands') or set "
-            "COURSE_SOURCE (README, 'Publishing the course')"
-        )"""
+        raise RuntimeError(f"this copy of the course has no public address yet. {{todo}}")"""
 
 UNPUBLISHED_BADGE = (
     "*Run in Colab:* not yet: this copy of the course has no public address (README, "
@@ -138,11 +159,18 @@ def needs_of(nb) -> tuple[str, ...]:
     return tuple(needs)
 
 
+def wheel_name(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    """The file name of the course's wheel (``pip wheel --no-deps .`` in a clone makes it)."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    return f"{project['name'].replace('-', '_')}-{project['version']}-py3-none-any.whl"
+
+
 def setup_source(repo: Repository | None, needs: tuple[str, ...]) -> str:
     """The set-up cell for a notebook that uses the optional parts ``needs``."""
-    source_lines = (
-        SOURCE_UNPUBLISHED if repo is None else SOURCE_PUBLISHED.format(archive=repo.archive)
-    )
+    if repo is None:
+        source_lines = SOURCE_UNPUBLISHED.format(wheel=wheel_name())
+    else:
+        source_lines = SOURCE_PUBLISHED.format(archive=repo.archive)
     return SETUP_TEMPLATE.format(
         first_line=SETUP_FIRST_LINE, source_lines=source_lines, needs=_tuple(needs)
     )
