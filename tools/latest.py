@@ -172,6 +172,11 @@ def pinned() -> dict[str, str]:
     return pins
 
 
+def public(version: str) -> str:
+    """A version without its local label: ``==2.13.0`` admits the build 2.13.0+cpu."""
+    return version.split("+")[0]
+
+
 def moved(env_python: Path) -> dict:
     """What the newest releases changed against constraints.txt."""
     listed = subprocess.run(
@@ -187,11 +192,13 @@ def moved(env_python: Path) -> dict:
         "moved": [
             {"package": name, "constraints": pins[name], "latest": have[name]}
             for name in sorted(have)
-            if name in pins and have[name] != pins[name]
+            if name in pins and public(have[name]) != public(pins[name])
         ],
         "new": [f"{name} {have[name]}" for name in sorted(set(have) - set(pins) - skip)],
         "missing": [f"{name} {pins[name]}" for name in sorted(pins) if name not in have],
-        "unchanged": sum(1 for name in have if pins.get(name) == have[name]),
+        "unchanged": sum(
+            1 for name in have if name in pins and public(have[name]) == public(pins[name])
+        ),
     }
 
 
