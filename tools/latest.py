@@ -203,7 +203,7 @@ def moved(env_python: Path) -> dict:
 
 
 def run_lib_tests(env_python: Path) -> dict:
-    from tools.matrix import failures
+    from tools.matrix import failures, scrub
 
     junit = LOGS / "tests.xml"
     junit.unlink(missing_ok=True)
@@ -220,7 +220,7 @@ def run_lib_tests(env_python: Path) -> dict:
         )
     if not junit.exists():
         tail = (LOGS / "tests.log").read_text().strip().splitlines()[-10:]
-        failed = [{"test": "pytest", "kind": "error", "message": "\n".join(tail)}]
+        failed = [{"test": "pytest", "kind": "error", "message": scrub("\n".join(tail))}]
         return {"passed": 0, "failed": 0, "errors": 1, "skipped": 0, "failures": failed}
     counts, failed = failures(junit)
     return {**counts, "failures": failed}
@@ -278,7 +278,7 @@ def main(argv=None) -> int:
     if args.notebooks:  # inside .venv-latest
         return run_notebooks(args.notebooks, args.paths)
 
-    from tools.matrix import duration, gist, git
+    from tools.matrix import duration, gist, git, scrub
 
     started = time.monotonic()
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -323,7 +323,7 @@ def main(argv=None) -> int:
         env=env,
         check=True,
     )
-    notebook_results = json.loads(report.read_text())
+    notebook_results = json.loads(scrub(report.read_text()))
     for nb in notebook_results:
         for cell in nb["broken"]:
             log(f"    {nb['notebook']}, code cell {cell['cell']}: {cell['problem']}")

@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
@@ -104,8 +105,15 @@ def short_message(problem: ET.Element) -> str:
     if "full report in element text" in message:
         message = problem.text or message
     message = re.sub(r"(#x1B|\x1b)\[[0-9;]*m", "", message)
+    message = scrub(message)
     message = re.sub(r"\nInput:\n.*?\nTraceback:\n", "\n", message, flags=re.DOTALL)
     return "\n".join(message.strip().splitlines()[:20])
+
+
+def scrub(text: str) -> str:
+    """Text without this machine's paths: the checkout is ".", the temporary folder "<tmp>"."""
+    text = text.replace(str(ROOT), ".").replace(tempfile.gettempdir(), "<tmp>")
+    return text.replace(str(Path.home()), "~")
 
 
 def gist(message: str) -> str:
@@ -169,7 +177,7 @@ def run_cell(version: str, venv: Path, coretype: str | None, own: str) -> dict:
     else:  # lint failed (or make stopped) before pytest ran
         tail = output.strip().splitlines()[-15:]
         cell.update(passed=0, failed=0, errors=1, skipped=0)
-        message = "\n".join(tail)
+        message = scrub("\n".join(tail))
         cell["failures"] = [
             {"test": "make test, before pytest", "kind": "error", "message": message}
         ]
