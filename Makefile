@@ -46,8 +46,9 @@ test-colab: install
 
 # `make test` on Python 3.11, 3.12 and 3.13 (each in its own .venv-3.X, built by `make install`),
 # each with the BLAS kernels OpenBLAS picks for this CPU and with its AVX2 ones
-# (OPENBLAS_CORETYPE=Haswell). Results in docs/results/test-matrix.md. It takes about an hour
-# on this 2-core machine, so CI does not run it; see tools/matrix.py and the README.
+# (OPENBLAS_CORETYPE=Haswell). Results in docs/results/test-matrix.md. It takes about 40 min
+# on this 2-core machine (plus installing the venvs the first time, torch the largest part), so
+# CI does not run it; see tools/matrix.py and the README.
 test-matrix: install
 	$(BIN)/python -m tools.matrix
 

@@ -205,13 +205,14 @@ def write_results(results: dict) -> None:
         + ("" if results["worktree_clean"] else " (with uncommitted changes)")
         + f", CPU {results['cpu']} ({', '.join(results['cpu_features']) or 'no AVX2'}),"
         + f" `CI=true`; {duration(results['total_seconds'])} in all"
-        + f" (load average {results['load_average']} at the start, {os.cpu_count()} cores)."
+        + f" (load average {results['load_average']} at the start, {results['cores']} cores)."
         + " Written by `tools/matrix.py`; the data are in `test-matrix.json`.",
         "",
     ]
     lines += [f"- {note}" for note in results["not_run"]]
     lines += [
-        f"- installing `.venv-{v.rsplit('.', 1)[0]}` (Python {v}) took {duration(s)}"
+        f"- `.venv-{v.rsplit('.', 1)[0]}` (Python {v}): "
+        + (s if isinstance(s, str) else f"installed in {duration(s)}")
         for v, s in results["installs"].items()
     ]
     lines += [
@@ -247,6 +248,7 @@ def main() -> int:
         "cpu": model,
         "cpu_features": features,
         "load_average": round(os.getloadavg()[0], 1),
+        "cores": os.cpu_count(),
         "command": "make test-matrix",
         "not_run": [],
         "complete": True,
@@ -268,13 +270,14 @@ def main() -> int:
         t0 = time.monotonic()
         env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
         install_log = LOGS / f"3.{minor}-install.log"
+        built = make(["-q", "install", f"VENV={venv.name}"], env, install_log) == 0
         if make(["install", f"PYTHON={python}", f"VENV={venv.name}"], env, install_log):
             note = f"Python {version}: make install failed (its output: {install_log.name})"
             log(note)
             results["not_run"].append(note)
             results["complete"] = False
             continue
-        results["installs"][version] = round(time.monotonic() - t0)
+        results["installs"][version] = "already built" if built else round(time.monotonic() - t0)
         own = probe_kernels(venv, env)
         coretypes = [None] if own == "Haswell" else [None, "Haswell"]
         if INSTRUCTIONS.get(own) != "AVX-512":
