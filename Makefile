@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: install lab lab-student test lint bench student grade clean notebooks-links test-colab normalize execute test-browser
+.PHONY: install lab lab-student test lint bench student grade clean notebooks-links test-colab normalize execute test-browser \
+	test-matrix test-latest
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -42,6 +43,21 @@ test: lint
 # installing the course from a wheel of this checkout; see tools/colab.py and the README.
 test-colab: install
 	$(BIN)/python -m tools.colab
+
+# `make test` on Python 3.11, 3.12 and 3.13 (each in its own .venv-3.X, built by `make install`),
+# each with the BLAS kernels OpenBLAS picks for this CPU and with its AVX2 ones
+# (OPENBLAS_CORETYPE=Haswell). Results in docs/results/test-matrix.md. It takes about 40 min
+# on this 2-core machine (plus installing the venvs the first time, torch the largest part), so
+# CI does not run it; see tools/matrix.py and the README.
+test-matrix: install
+	$(BIN)/python -m tools.matrix
+
+# The newest releases requirements*.txt allow (no constraints.txt), in .venv-latest built
+# afresh: lib's tests, and every notebook run with its outputs checked for kind (text, image),
+# not for numbers. Results in docs/results/test-latest.md. It depends on the day, so CI does
+# not run it; see tools/latest.py and the README.
+test-latest: install
+	$(BIN)/python -m tools.latest --python $(PYTHON)
 
 # Strip volatile metadata from the stored notebooks (tools/normalize_notebooks.py).
 normalize: install
@@ -101,4 +117,4 @@ grade: install
 	$(BIN)/python -m tools.grade $(SUBMISSIONS) --jobs $(JOBS) --out build/grades
 
 clean:
-	rm -rf $(VENV) .venv-colab build .pytest_cache .hypothesis .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-colab .venv-3.* .venv-latest build .pytest_cache .hypothesis .ruff_cache *.egg-info

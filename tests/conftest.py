@@ -2,9 +2,36 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-# In CI the examples are derandomised so a run is reproducible; locally they vary.
+# In CI the examples are derandomised so a run is reproducible; locally they vary. Both print
+# a failing example's @reproduce_failure blob, which replays it anywhere (README, "Tests"):
+# CI keeps no example database and none is needed.
 settings.register_profile(
-    "ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "ci",
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
-settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "dev",
+    derandomize=False,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def pytest_report_header(config):
+    """The BLAS kernels this run uses, as OpenBLAS reports them (`make test-matrix` reads
+    this line to record which kernels really ran)."""
+    import numpy as np
+    from threadpoolctl import threadpool_info
+
+    blas = [
+        f"{info['internal_api']} {info['version']} {info.get('architecture')}"
+        for info in threadpool_info()
+        if info["user_api"] == "blas"
+    ]
+    return f"BLAS kernels: {', '.join(blas) or 'none found'} (NumPy {np.__version__})"

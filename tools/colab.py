@@ -83,28 +83,43 @@ def colab_pins() -> dict[str, str]:
     return pins
 
 
+def python_version(path: str) -> str | None:
+    """The full version ("3.12.1") of the Python at ``path`` if it runs and has venv, else None
+    (a pyenv shim for a version that is not active does not run)."""
+    try:
+        out = subprocess.run(
+            [path, "-c", "import sys, venv; print('%d.%d.%d' % sys.version_info[:3])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def find_minor(minor: int) -> tuple[str, str] | None:
+    """(path, version) of a working Python 3.<minor>: on PATH, else the newest under pyenv."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = [shutil.which(f"python3.{minor}") or ""]
+    candidates += [str(p) for p in sorted(root.glob(f"3.{minor}.*/bin/python3.{minor}"))[::-1]]
+    for path in filter(None, candidates):
+        if version := python_version(path):
+            return path, version
+    return None
+
+
 def find_python(requested: str | None) -> tuple[str, str]:
     """(path, version) of the Python to build the environment with: Colab's 3.13 if this
     machine has it (on PATH or under pyenv), else the newest 3.11+ found."""
-    candidates = [requested] if requested else []
-    for minor in (13, 12, 11):
-        candidates.append(shutil.which(f"python3.{minor}") or "")
-        root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-        candidates += [str(p) for p in sorted(root.glob(f"3.{minor}.*/bin/python3.{minor}"))[::-1]]
-    for path in filter(None, candidates):
-        try:
-            out = subprocess.run(
-                [path, "-c", "import sys, venv; print('%d.%d.%d' % sys.version_info[:3])"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode == 0:
-            version = out.stdout.strip()
-            if requested or tuple(map(int, version.split(".")[:2])) >= (3, 11):
-                return path, version
+    if requested:
+        if version := python_version(requested):
+            return requested, version
+        sys.exit(f"test-colab: the requested Python {requested} does not run or has no venv")
+    else:
+        for minor in (13, 12, 11):
+            if found := find_minor(minor):
+                return found
     sys.exit("test-colab: no Python 3.11 or newer with venv found; Colab runs Python 3.13")
 
 
