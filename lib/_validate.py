@@ -146,12 +146,12 @@ def float_dtype(dtype) -> np.dtype:
 
 
 def promoted(x_q: np.ndarray, x_kv: np.ndarray, p):
-    """x_q, x_kv and p (an MHAParams or a GQAParams) in the dtype NumPy gives them together,
+    """x_q, x_kv and p (an MHAParams) in the dtype NumPy gives them together,
     ``np.result_type`` of the inputs, weights and biases (float32 stays float32; float32 with
     float64 is float64), so that every step of a forward is computed in its result's dtype.
     p comes back as a copy when some of its arrays change dtype; self-attention (x_kv is x_q)
     stays one array."""
-    arrays = {name: getattr(p, name) for name in PARAM_NAMES if getattr(p, name) is not None}
+    arrays = p.arrays()
     dtype = np.result_type(x_q, x_kv, *arrays.values())
     changed = {name: a.astype(dtype) for name, a in arrays.items() if a.dtype != dtype}
     if changed:
@@ -326,15 +326,6 @@ def positions(p, n: int, name: str = "positions") -> np.ndarray:
     return p
 
 
-def rope(r):
-    """``r`` is a :class:`lib.positions.RoPE` (its base and layout were checked when built)."""
-    from .positions import RoPE
-
-    if not isinstance(r, RoPE):
-        raise ValueError(f"rope must be a lib.positions.RoPE, got {type(r).__name__}")
-    return r
-
-
 def score_bias(bias, scores_shape: tuple[int, ...]) -> np.ndarray:
     """A real, finite array added to the scores: it broadcasts to their shape
     (batch, heads, n_q, n_k) without growing it, and gets four axes."""
@@ -466,63 +457,37 @@ SCORES = "the scores q k^T / sqrt(d_k)"
 OUTPUT = "the output (the weighted sums of the values, then @ W_o + b_o)"
 
 
-def param_fields(weights: dict, biases: dict, n_heads) -> tuple[dict, dict]:
-    """The fields of an MHAParams, checked and converted: square (d_model, d_model) weights,
-    biases (d_model,) given all four or none, a head count that divides d_model."""
-    weights = {name: real_array(W, name) for name, W in weights.items()}
-    d = weights["W_q"].shape[0] if weights["W_q"].ndim else 0
-    for name, W in weights.items():
-        square(W.shape, name, d)
-    given = [name for name, b in biases.items() if b is not None]
-    if given and len(given) != len(biases):
-        missing = [name for name in biases if name not in given]
+def param_fields(arrays: dict, n_heads, n_kv_heads) -> dict:
+    """The fields of an MHAParams, checked and converted: W_q and W_o (d_model, d_model),
+    W_k and W_v (d_model, n_kv_heads * d_k), biases of the matching widths given all four
+    or none, n_heads dividing d_model and n_kv_heads dividing n_heads."""
+    arrays = {name: None if a is None else real_array(a, name) for name, a in arrays.items()}
+    d = arrays["W_q"].shape[0] if arrays["W_q"].ndim else 0
+    square(arrays["W_q"].shape, "W_q", d)
+    square(arrays["W_o"].shape, "W_o", d)
+    d_k = heads(d, n_heads)
+    kv_heads(n_heads, n_kv_heads)
+    width = int(n_kv_heads) * d_k  # of the keys and of the values
+    for name in ("W_k", "W_v"):
+        if arrays[name].shape != (d, width):
+            kv = "(d_model, d_model)" if width == d else "(d_model, n_kv_heads * d_k)"
+            raise ValueError(f"{name} must be {kv} = ({d}, {width}), got {arrays[name].shape}")
+    given = [name for name in BIAS_NAMES if arrays[name] is not None]
+    if given and len(given) != len(BIAS_NAMES):
+        missing = [name for name in BIAS_NAMES if name not in given]
         raise ValueError(
             f"MHAParams takes all four biases or none, got {', '.join(given)} without "
-            f"{', '.join(missing)}: pass np.zeros(d_model) for a bias the layer does not have "
+            f"{', '.join(missing)}: pass zeros for a bias the layer does not have "
             "(a zero bias is the same as no bias)"
         )
-    biases = {name: None if b is None else real_array(b, name) for name, b in biases.items()}
-    for name, b in biases.items():
-        if b is not None and b.shape != (d,):
-            raise ValueError(f"{name} must have shape (d_model,) = ({d},), got {b.shape}")
-    heads(d, n_heads)
-    return weights, biases
-
-
-def params(p):
-    """``p`` is an MHAParams whose weights and biases hold no NaN or inf.
-
-    Shapes and the all-or-none rule for biases were checked when it was built (it is frozen);
-    the values can still change in place, so they are checked at every call.
-    """
-    from .attention import MHAParams
-
-    if not isinstance(p, MHAParams):
-        raise ValueError(
-            f"params must be an MHAParams (see lib.attention.init_mha_params), got "
-            f"{type(p).__name__}"
-        )
-    _weights_and_biases_finite(p)
-    return p
-
-
-def finite_inputs(x_q: np.ndarray, x_kv: np.ndarray) -> None:
-    """No NaN or inf in the inputs of a multi-head forward (one array: self-attention)."""
-    finite_all({"x_q": x_q} if x_kv is x_q else {"x_q": x_q, "x_kv": x_kv})
-
-
-def head_mask(head_mask, batch: int, n_heads: int, dtype) -> np.ndarray:
-    """One factor per head, (heads,) or (batch, heads), finite; all ones when None."""
-    if head_mask is None:
-        return np.ones(n_heads, dtype=dtype)
-    head_mask = real_array(head_mask, "head_mask").astype(dtype, copy=False)
-    if head_mask.shape not in ((n_heads,), (batch, n_heads)):
-        raise ValueError(
-            f"head_mask must have shape (heads,) = ({n_heads},) or (batch, heads) = "
-            f"({batch}, {n_heads}), got {head_mask.shape}"
-        )
-    finite(head_mask, "head_mask")
-    return head_mask
+    for name in given:
+        kv_bias = name in ("b_k", "b_v") and width != d
+        size, what = (width, "n_kv_heads * d_k") if kv_bias else (d, "d_model")
+        if arrays[name].shape != (size,):
+            raise ValueError(
+                f"{name} must have shape ({what},) = ({size},), got {arrays[name].shape}"
+            )
+    return arrays | {"n_heads": int(n_heads), "n_kv_heads": int(n_kv_heads)}
 
 
 def largest_row_norm(x: np.ndarray) -> float:
@@ -549,37 +514,43 @@ def scores_fit(q: np.ndarray, k: np.ndarray, q_norm: float, k_norm: float) -> bo
         return all_finite(q @ np.swapaxes(k, -1, -2))
 
 
-def mha_nonfinite(x_q: np.ndarray, x_kv: np.ndarray, p, scores_of=None) -> None:
+def mha_nonfinite(p, x_q: np.ndarray, x_kv: np.ndarray, *, scores_of=None, cache=None):
     """Raise the ValueError that explains a NaN or inf met in a multi-head forward whose
     inputs and parameters were checked finite: the first stage whose finite operands
     overflowed (the projections, the scores, the output), with the arrays involved.
-    x_q, x_kv: (batch, n, d_model). ``scores_of``: for a forward that puts positions into
-    the scores (RoPE, a score bias), a pair (how the message names the scores, a function
-    of the scaled q and k, (batch, heads, n, d_k), that computes them) and the arrays it adds.
+
+    p: the layer's MHAParams; x_q, x_kv: (batch, n, d_model). ``scores_of``: for a forward
+    that puts positions into the scores (RoPE, a score bias), a triple: how the message
+    names the scores, a function of the scaled q and k (batch, heads, n, d_k) that computes
+    them, and the arrays it adds. ``cache``: for a decoder, the (keys, values) its new
+    tokens x_q = x_kv (named x_new) attend over, (batch, n_kv_heads, n_k, d_k).
     """
-    dtype = np.result_type(x_q, x_kv, *(getattr(p, n) for n in WEIGHT_NAMES))
-    h, d_k = p.n_heads, p.d_k
+    dtype = np.result_type(x_q, x_kv, *p.arrays().values())
+    x_names = ("x_new", "x_new") if cache is not None else ("x_q", "x_kv")
+    inputs = {"q": (x_q, x_names[0]), "k": (x_kv, x_names[1]), "v": (x_kv, x_names[1])}
     with np.errstate(all="ignore"):
-        projected = {}
-        for part, x, x_name in (("q", x_q, "x_q"), ("k", x_kv, "x_kv"), ("v", x_kv, "x_kv")):
+        heads = {}
+        for part, (x, x_name) in inputs.items():
             W, b = getattr(p, "W_" + part), getattr(p, "b_" + part)
             y = x @ W if b is None else x @ W + b
             if not all_finite(y):
                 names = {x_name: x, f"W_{part}": W} | ({} if b is None else {f"b_{part}": b})
                 raise overflow(stage(part, x_name, b is not None), dtype, names)
-            projected[part] = y.reshape(*y.shape[:2], h, d_k).swapaxes(1, 2)
-        q, k = projected["q"] * (1.0 / math.sqrt(d_k)), projected["k"]
+            heads[part] = y.reshape(*y.shape[:2], -1, p.d_k).swapaxes(1, 2)
+        k, v = cache if cache is not None else (heads["k"], heads["v"])
+        k, v = np.repeat(k, p.group, axis=1), np.repeat(v, p.group, axis=1)
+        q = heads["q"] * (1.0 / math.sqrt(p.d_k))
         if not all_finite(q @ k.swapaxes(-1, -2)):
             raise overflow(SCORES, dtype, {"q": q, "k": k})
         if scores_of is not None:
             what, scores, added = scores_of
             if not all_finite(scores(q, k)):
                 raise overflow(what, dtype, {"q": q, "k": k} | added)
-    raise overflow(
-        OUTPUT,
-        dtype,
-        {"v": projected["v"], "W_o": p.W_o} | ({} if p.b_o is None else {"b_o": p.b_o}),
-    )
+    output = {"v": v, "W_o": p.W_o} | ({} if p.b_o is None else {"b_o": p.b_o})
+    raise overflow(OUTPUT, dtype, output)
+
+
+# --------------------------------------------------------------------------- grouped heads
 
 
 def gradients(grads: dict[str, np.ndarray], d_out: np.ndarray) -> None:
@@ -589,9 +560,6 @@ def gradients(grads: dict[str, np.ndarray], d_out: np.ndarray) -> None:
     for name, g in grads.items():
         if not all_finite(g):
             raise overflow(f"the gradient of {name} (from d_out)", g.dtype, {"d_out": d_out})
-
-
-# --------------------------------------------------------------------------- grouped heads
 
 
 def kv_heads(n_heads, n_kv_heads) -> int:
@@ -605,91 +573,6 @@ def kv_heads(n_heads, n_kv_heads) -> int:
             f"n_heads={n_heads} are {divisors(n_heads)}"
         )
     return n_heads // n_kv_heads
-
-
-def gqa_param_fields(weights: dict, biases: dict, n_heads, n_kv_heads) -> tuple[dict, dict]:
-    """The fields of a GQAParams, checked and converted: W_q and W_o (d_model, d_model), W_k
-    and W_v (d_model, n_kv_heads * d_k), biases given all four or none, head counts where
-    n_heads divides d_model and n_kv_heads divides n_heads."""
-    weights = {name: real_array(W, name) for name, W in weights.items()}
-    d = weights["W_q"].shape[0] if weights["W_q"].ndim else 0
-    square(weights["W_q"].shape, "W_q", d)
-    square(weights["W_o"].shape, "W_o", d)
-    d_k = heads(d, n_heads)
-    kv_heads(n_heads, n_kv_heads)
-    width_kv = n_kv_heads * d_k
-    for name in ("W_k", "W_v"):
-        if weights[name].shape != (d, width_kv):
-            raise ValueError(
-                f"{name} must be (d_model, n_kv_heads * d_k) = ({d}, {width_kv}), got "
-                f"{weights[name].shape}"
-            )
-    given = [name for name, b in biases.items() if b is not None]
-    if given and len(given) != len(biases):
-        missing = [name for name in biases if name not in given]
-        raise ValueError(
-            f"GQAParams takes all four biases or none, got {', '.join(given)} without "
-            f"{', '.join(missing)}: pass zeros for a bias the layer does not have "
-            "(a zero bias is the same as no bias)"
-        )
-    biases = {name: None if b is None else real_array(b, name) for name, b in biases.items()}
-    for name, b in biases.items():
-        size = width_kv if name in ("b_k", "b_v") else d
-        if b is not None and b.shape != (size,):
-            raise ValueError(f"{name} must have shape ({size},), got {b.shape}")
-    return weights, biases
-
-
-def _weights_and_biases_finite(p) -> None:
-    """No NaN or inf in the weights and biases of an MHAParams or a GQAParams (the error
-    names the first array that has one, and where)."""
-    arrays = [p.W_q, p.W_k, p.W_v, p.W_o]
-    if p.b_q is not None:
-        arrays += [p.b_q, p.b_k, p.b_v, p.b_o]
-    if not _finite_together(arrays):
-        for name, a in zip(PARAM_NAMES, arrays, strict=False):
-            finite(a, f"params.{name}")
-
-
-def gqa_params(p):
-    """``p`` is a GQAParams whose weights and biases hold no NaN or inf (see :func:`params`)."""
-    from .kv_cache import GQAParams
-
-    if not isinstance(p, GQAParams):
-        raise ValueError(
-            f"params must be a GQAParams (see lib.kv_cache.gqa_from_mha and init_gqa_params), "
-            f"got {type(p).__name__}"
-        )
-    _weights_and_biases_finite(p)
-    return p
-
-
-def decoder_input(x, batch: int, d_model: int) -> tuple[np.ndarray, bool]:
-    """New tokens for a decoder: real, (batch, t, d_model) or (t, d_model) when batch is 1,
-    finite; returned with a batch axis, and whether it came without one."""
-    x = real_array(x, "x_new")
-    shape = x.shape
-    layouts = f"(batch, t, d_model) = ({batch}, t, {d_model})" + (
-        f" or (t, d_model) = (t, {d_model})" if batch == 1 else ""
-    )
-    if x.ndim not in ((2, 3) if batch == 1 else (3,)):
-        raise ValueError(f"x_new must be {layouts}, got shape {shape}")
-    unbatched = x.ndim == 2
-    if unbatched:
-        x = x[None]
-    if x.shape[0] != batch or x.shape[2] != d_model:
-        raise ValueError(f"x_new must be {layouts}, got shape {shape}")
-    finite(x, "x_new")
-    return x, unbatched
-
-
-def cache_room(length: int, t: int, max_len: int) -> None:
-    """t more tokens fit in a cache of max_len that holds ``length``."""
-    if length + t > max_len:
-        raise ValueError(
-            f"the KV cache holds at most max_len={max_len} tokens and has {length}: {t} more "
-            "do not fit (build the Decoder with a larger max_len, or reset() it)"
-        )
 
 
 def attention_inputs(q, k, v, attn_mask):

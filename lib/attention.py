@@ -21,7 +21,7 @@ overflow the dtype are named with where they are.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -165,21 +165,31 @@ def merge_heads_unchecked(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- parameters
 
 
+def glorot(rng: np.random.Generator, d_in: int, d_out: int, dtype=np.float64) -> np.ndarray:
+    """A (d_in, d_out) weight, uniform in +-sqrt(6 / (d_in + d_out)) (Glorot & Bengio 2010):
+    the variance that keeps activations and gradients about the same size through the layer."""
+    limit = math.sqrt(6.0 / (d_in + d_out))
+    return rng.uniform(-limit, limit, size=(d_in, d_out)).astype(dtype)
+
+
 @dataclass(frozen=True)
 class MHAParams:
     """Weights of one multi-head attention layer (row-vector convention: x @ W).
 
-    W_q, W_k, W_v: (d_model, d_model); columns h*d_k:(h+1)*d_k belong to head h.
-    W_o: (d_model, d_model), mixes the concatenated heads.
-    b_q, b_k, b_v, b_o: (d_model,), all four or none. A layer that lacks only some biases
-    (for example no b_k) is written with zeros for the missing ones: a zero bias is the same
-    as no bias. All-or-none is torch's rule too (``nn.MultiheadAttention(bias=...)``), and it
-    keeps one meaning for :attr:`has_bias` and the parameter count 4 d^2 (+ 4 d).
+    W_q, W_o: (d_model, d_model); columns h*d_k:(h+1)*d_k of W_q belong to query head h.
+    W_k, W_v: (d_model, n_kv_heads * d_k); columns j*d_k:(j+1)*d_k belong to key/value head j.
+    n_kv_heads defaults to n_heads (ordinary multi-head attention, W_k and W_v square); fewer
+    key/value heads give grouped-query attention (notebook 10): query head h reads key/value
+    head h // group, group = n_heads / n_kv_heads (torch's ``repeat_interleave`` order);
+    n_kv_heads = 1 is multi-query attention.
+    b_q, b_o: (d_model,); b_k, b_v: (n_kv_heads * d_k,): all four biases or none. A layer
+    that lacks only some (no b_k, say) is written with zeros for them: a zero bias is the
+    same as no bias, and all-or-none is torch's rule too (``nn.MultiheadAttention(bias=)``).
 
-    Lists are converted to arrays (integers to float64). The shapes, the bias rule and the
-    head count are checked here; the object is frozen, so they stay true (``dataclasses.
-    replace`` makes a changed copy, checked again). The numbers themselves can still be
-    changed in place, so every forward checks them for NaN and inf.
+    Lists are converted to arrays (integers to float64). Shapes, the bias rule and the head
+    counts are checked here; the object is frozen, so they stay true (``dataclasses.replace``
+    makes a changed copy, checked again). The numbers can still be changed in place, so
+    every forward checks them for NaN and inf (:func:`check_params`).
     """
 
     W_q: np.ndarray
@@ -191,14 +201,13 @@ class MHAParams:
     b_k: np.ndarray | None = None
     b_v: np.ndarray | None = None
     b_o: np.ndarray | None = None
+    n_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
-        weights, biases = V.param_fields(
-            {name: getattr(self, name) for name in V.WEIGHT_NAMES},
-            {name: getattr(self, name) for name in V.BIAS_NAMES},
-            self.n_heads,
-        )
-        for name, value in (weights | biases | {"n_heads": int(self.n_heads)}).items():
+        n_kv_heads = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+        arrays = {name: getattr(self, name) for name in V.PARAM_NAMES}
+        fields = V.param_fields(arrays, self.n_heads, n_kv_heads)
+        for name, value in fields.items():
             object.__setattr__(self, name, value)
 
     @property
@@ -210,9 +219,18 @@ class MHAParams:
         return self.d_model // self.n_heads
 
     @property
+    def group(self) -> int:
+        """Query heads per key/value head (1 for ordinary multi-head attention)."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
     def has_bias(self) -> bool:
         """Whether the layer has its biases (all four: see the class docstring)."""
         return self.b_q is not None
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The weights and biases the layer has, by name."""
+        return {n: getattr(self, n) for n in V.PARAM_NAMES if getattr(self, n) is not None}
 
 
 def init_mha_params(
@@ -221,43 +239,48 @@ def init_mha_params(
     rng: np.random.Generator,
     bias: bool = False,
     dtype=np.float64,
+    n_kv_heads: int | None = None,
 ) -> MHAParams:
-    """Random weights, uniform in +-sqrt(6 / (d_in + d_out)) (Glorot/Xavier).
+    """Random weights (:func:`glorot`); ``n_kv_heads`` key/value heads (default n_heads).
 
     With ``bias=True`` the biases are drawn from N(0, 0.1) rather than set to zero (the
     usual start for training), so that code which mishandles a bias gives a visibly
     different answer.
     """
-    V.heads(d_model, n_heads)
+    d_k = V.heads(d_model, n_heads)
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    V.kv_heads(n_heads, n_kv_heads)
     dtype = V.float_dtype(dtype)
-    limit = math.sqrt(6.0 / (2 * d_model))
+    width = n_kv_heads * d_k  # of the keys and of the values
 
-    def weight():
-        return rng.uniform(-limit, limit, size=(d_model, d_model)).astype(dtype)
-
-    def vector():
-        return rng.normal(0.0, 0.1, size=d_model).astype(dtype) if bias else None
+    def vector(size):
+        return rng.normal(0.0, 0.1, size=size).astype(dtype) if bias else None
 
     return MHAParams(
-        W_q=weight(),
-        W_k=weight(),
-        W_v=weight(),
-        W_o=weight(),
-        n_heads=n_heads,
-        b_q=vector(),
-        b_k=vector(),
-        b_v=vector(),
-        b_o=vector(),
-    )
+        glorot(rng, d_model, d_model, dtype), glorot(rng, d_model, width, dtype),
+        glorot(rng, d_model, width, dtype), glorot(rng, d_model, d_model, dtype), n_heads,
+        vector(d_model), vector(width), vector(width), vector(d_model), n_kv_heads,
+    )  # fmt: skip
 
 
 def count_params(params: MHAParams) -> int:
-    """Number of learnable numbers: 4 d_model^2, plus 4 d_model with biases."""
-    return sum(
-        getattr(params, f.name).size
-        for f in fields(params)
-        if f.name != "n_heads" and getattr(params, f.name) is not None
-    )
+    """Learnable numbers: 2 d^2 + 2 d (n_kv_heads d_k), plus the biases (4 d^2 + 4 d when
+    every head has its own keys and values)."""
+    return sum(a.size for a in params.arrays().values())
+
+
+def check_params(p) -> MHAParams:
+    """``p`` is an MHAParams whose weights and biases hold no NaN or inf.
+
+    Shapes and the all-or-none rule for biases were checked when it was built (it is
+    frozen); the values can still change in place, so every forward checks them."""
+    if not isinstance(p, MHAParams):
+        raise ValueError(
+            f"params must be an MHAParams (see lib.attention.init_mha_params), got "
+            f"{type(p).__name__}"
+        )
+    V.finite_all({f"params.{name}": a for name, a in p.arrays().items()})
+    return p
 
 
 # --------------------------------------------------------------------------- multi-head
@@ -271,29 +294,30 @@ def project(x: np.ndarray, W: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     return y
 
 
-def prepare_mha(x_q, x_kv, params: MHAParams, mask):
-    """The checks every multi-head forward starts with: params, inputs (converted, with a
-    batch axis), mask (boolean, with four axes). The inputs and params come back in their
-    common dtype (NumPy's promotion), so that every step is computed in the result's."""
-    V.params(params)
-    x_q, x_kv, unbatched = V.mha_inputs(x_q, x_kv, params.d_model)
-    V.finite_inputs(x_q, x_kv)
-    mask = batched_mask(mask, x_q, x_kv, params.n_heads)
+def with_causal(mask, n_q: int, n_k: int) -> np.ndarray:
+    """``mask`` (None: every key) and the causal rule of :func:`causal_mask`, together."""
+    causal = causal_mask(n_q, n_k)
+    return causal if mask is None else mask & causal
+
+
+def prepare_mha(x_q, x_kv, params: MHAParams, mask, *, causal=False, batched_only=False):
+    """The checks every multi-head forward starts with, and their answer: x_q, x_kv
+    (batch, n, d_model) with a batch axis, params, the mask with four axes (None: every key;
+    ``causal=True`` folds :func:`causal_mask` into it) and whether the inputs came
+    unbatched. Inputs and params come back in their common dtype (NumPy's promotion), so
+    that every step is computed in the result's dtype."""
+    check_params(params)
+    x_q, x_kv, unbatched = V.mha_inputs(x_q, x_kv, params.d_model, not batched_only)
+    V.finite_all({"x_q": x_q} if x_kv is x_q else {"x_q": x_q, "x_kv": x_kv})
+    batch, n_q, n_k = x_q.shape[0], x_q.shape[1], x_kv.shape[1]
+    if mask is not None:
+        mask = V.mask(mask, (batch, params.n_heads, n_q, n_k), "(batch, heads, n_q, n_k)")
+    if causal:
+        mask = with_causal(mask, n_q, n_k)
+    if mask is not None:
+        mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     x_q, x_kv, params = V.promoted(x_q, x_kv, params)
     return x_q, x_kv, params, mask, unbatched
-
-
-def empty_mha_result(x_q, x_kv, params: MHAParams, need_weights: bool = True):
-    """The answer when batch, n_q or n_k is 0: every query attends to nothing, so its
-    output is b_o (0 without biases) and its weights, of which there are none, are 0."""
-    batch, n_q, d = x_q.shape
-    arrays = [x_q, x_kv] + [getattr(params, name) for name in V.PARAM_NAMES]
-    dtype = np.result_type(*(a for a in arrays if a is not None))
-    out = np.zeros((batch, n_q, d), dtype)
-    if params.b_o is not None:
-        out += params.b_o
-    weights = np.zeros((batch, params.n_heads, n_q, x_kv.shape[1]), dtype)
-    return out, weights if need_weights else None
 
 
 def multi_head_attention(
@@ -302,62 +326,43 @@ def multi_head_attention(
     params: MHAParams,
     mask: np.ndarray | None = None,
     *,
+    causal: bool = False,
     need_weights: bool = True,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Batched multi-head attention: lib's fast version (the one later notebooks use).
+    """Batched multi-head attention, as notebook 03 derives it.
 
-    x_q: (batch, n_q, d_model) queries; x_kv: (batch, n_k, d_model) keys and values
-    (pass the same array twice for self-attention; n_q != n_k for cross-attention).
-    Unbatched (n, d_model) inputs are accepted and give unbatched outputs.
-    mask: boolean, broadcastable to (batch, heads, n_q, n_k), True = may attend.
-    Returns (output (batch, n_q, d_model), weights (batch, heads, n_q, n_k)); with
-    ``need_weights=False`` the weights are not kept and ``None`` is returned in their place
-    (less memory, and faster).
+    x_q: (batch, n_q, d_model) queries; x_kv: (batch, n_k, d_model) keys and values (the
+    same array twice for self-attention). Unbatched (n, d_model) inputs give unbatched
+    outputs. mask: boolean, broadcastable to (batch, heads, n_q, n_k), True = may attend;
+    ``causal=True`` adds :func:`causal_mask`. Returns (output (batch, n_q, d_model),
+    weights (batch, heads, n_q, n_k)); ``need_weights=False`` returns None for the weights.
 
-    It computes exactly what :func:`multi_head_attention_reshape` computes (the plain
-    reshape/transpose form derived in notebook 03, equal to rounding), organised for speed
-    by :func:`lib.blockwise.multi_head_attention`, which notebook 10 derives: one fused
-    projection, the scores computed in blocks that stay in the CPU's cache, the keys a
-    masked block of queries cannot reach skipped, the rows normalised after ``P @ V``.
-
-    The contract all of lib's multi-head forwards keep (README, "Conventions"): the same
-    answer for every combination of options (biases or none, self- or cross-attention, any
-    broadcastable mask, float32/float64, lists or arrays); n_k = 0 gives weights
-    (batch, heads, n_q, 0) and the output b_o, n_q = 0 or batch = 0 empty outputs; NaN or
-    inf in the inputs or params, and products that overflow, raise ValueError naming the
-    array and where.
+    The contract every multi-head forward of lib keeps (README, "Conventions"): the same
+    answer whatever the options (biases or none, self- or cross-attention, grouped key/value
+    heads, any broadcastable mask, float32/float64, lists or arrays); n_k = 0 gives the
+    output b_o, n_q = 0 or batch = 0 empty outputs; NaN or inf in the inputs or params, and
+    products that overflow, raise ValueError naming the arrays and where.
+    :func:`lib.blockwise.multi_head_attention` computes the same, organised for speed.
     """
-    return BW.multi_head_attention(x_q, x_kv, params, mask, need_weights=need_weights)
-
-
-def multi_head_attention_reshape(
-    x_q: np.ndarray,
-    x_kv: np.ndarray,
-    params: MHAParams,
-    mask: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The same as :func:`multi_head_attention`, written as notebook 03 derives it.
-
-    Project, split the heads by reshape/transpose, run scaled dot-product attention on
-    all (batch, heads) at once, merge the heads, project by W_o. Kept as the readable
-    reference the fast version is tested against, and for the loop-vs-reshape benchmark.
-    Same arguments, checks, empty-sequence answers and errors as the fast version.
-    """
-    x_q, x_kv, params, mask, unbatched = prepare_mha(x_q, x_kv, params, mask)
-    h = params.n_heads
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
-        split = split_heads_unchecked
-        q = split(project(x_q, params.W_q, params.b_q), h)  # (batch, heads, n_q, d_k)
-        k = split(project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
-        v = split(project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
-        result = _attention(q, k, v, mask)
+    x_q, x_kv, p, mask, unbatched = prepare_mha(x_q, x_kv, params, mask, causal=causal)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is explained below
+        q = split_heads(project(x_q, p.W_q, p.b_q), p.n_heads)  # (batch, heads, n_q, d_k)
+        k = split_heads(project(x_kv, p.W_k, p.b_k), p.n_kv_heads)  # (batch, kv, n_k, d_k)
+        v = split_heads(project(x_kv, p.W_v, p.b_v), p.n_kv_heads)  # (batch, kv, n_k, d_k)
+        if p.group > 1:  # grouped-query: kv head j serves query heads j*group .. +group-1
+            k = np.repeat(k, p.group, axis=1)  # (batch, heads, n_k, d_k)
+            v = np.repeat(v, p.group, axis=1)  # (batch, heads, n_k, d_k)
+        result = _attention(q, k, v, mask)  # None: a score overflowed
         if result is not None:
-            heads, weights = result
-            concat = merge_heads_unchecked(heads)  # (batch, n_q, d_model)
-            out = project(concat, params.W_o, params.b_o)  # (batch, n_q, d_model)
+            heads, weights = result  # (batch, heads, n_q, d_k), (batch, heads, n_q, n_k)
+            concat = merge_heads(heads)  # (batch, n_q, d_model)
+            out = project(concat, p.W_o, p.b_o)  # (batch, n_q, d_model)
     if result is None or not V.all_finite(out):
-        V.mha_nonfinite(x_q, x_kv, params)
-    return (out[0], weights[0]) if unbatched else (out, weights)
+        V.mha_nonfinite(p, x_q, x_kv)
+    weights = weights if need_weights else None
+    if unbatched:
+        return out[0], None if weights is None else weights[0]
+    return out, weights
 
 
 def multi_head_attention_per_head(
@@ -365,29 +370,34 @@ def multi_head_attention_per_head(
     x_kv: np.ndarray,
     params: MHAParams,
     mask: np.ndarray | None = None,
+    *,
+    causal: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The same as :func:`multi_head_attention`, computed one head at a time.
 
-    Head h uses columns h*d_k:(h+1)*d_k of W_q, W_k, W_v (and of the biases); the heads'
-    outputs are concatenated along the features and projected by W_o. Kept as a
-    reference the reshape version is tested against, and for the loop-vs-reshape
-    benchmark. Same arguments, checks, empty-sequence answers and errors as the fast version.
+    Query head h uses columns h*d_k:(h+1)*d_k of W_q (and b_q), and the columns of W_k and
+    W_v (and their biases) of its key/value head h // group; the heads' outputs are
+    concatenated along the features and projected by W_o. Kept as the reference the
+    reshape form is tested against, and for notebook 03's loop-vs-reshape benchmark. Same
+    arguments, checks, empty-sequence answers and errors.
     """
-    x_q, x_kv, params, mask, unbatched = prepare_mha(x_q, x_kv, params, mask)
+    x_q, x_kv, p, mask, unbatched = prepare_mha(x_q, x_kv, params, mask, causal=causal)
+    batch, n_q, n_k = x_q.shape[0], x_q.shape[1], x_kv.shape[1]
     if mask is not None:  # one (batch, n_q, n_k) slice per head
-        mask = np.broadcast_to(mask, (x_q.shape[0], params.n_heads, x_q.shape[1], x_kv.shape[1]))
-    d_k = params.d_k
+        mask = np.broadcast_to(mask, (batch, p.n_heads, n_q, n_k))
+    d_k = p.d_k
     outputs, weights = [], []
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
-        for h in range(params.n_heads):
-            cols = slice(h * d_k, (h + 1) * d_k)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is explained below
+        for h in range(p.n_heads):
+            cols = slice(h * d_k, (h + 1) * d_k)  # query head h
+            kv_cols = slice((h // p.group) * d_k, (h // p.group + 1) * d_k)  # its kv head
 
-            def head_bias(b, cols=cols):
-                return None if b is None else b[cols]
+            def part(W, b, cols):
+                return W[:, cols], None if b is None else b[cols]
 
-            q = project(x_q, params.W_q[:, cols], head_bias(params.b_q))  # (batch, n_q, d_k)
-            k = project(x_kv, params.W_k[:, cols], head_bias(params.b_k))  # (batch, n_k, d_k)
-            v = project(x_kv, params.W_v[:, cols], head_bias(params.b_v))  # (batch, n_k, d_k)
+            q = project(x_q, *part(p.W_q, p.b_q, cols))  # (batch, n_q, d_k)
+            k = project(x_kv, *part(p.W_k, p.b_k, kv_cols))  # (batch, n_k, d_k)
+            v = project(x_kv, *part(p.W_v, p.b_v, kv_cols))  # (batch, n_k, d_k)
             result = _attention(q, k, v, None if mask is None else mask[:, h])
             if result is None:
                 break
@@ -395,29 +405,8 @@ def multi_head_attention_per_head(
             weights.append(result[1])
         else:
             concat = np.concatenate(outputs, axis=-1)  # (batch, n_q, d_model)
-            out = project(concat, params.W_o, params.b_o)
+            out = project(concat, p.W_o, p.b_o)
     if result is None or not V.all_finite(out):
-        V.mha_nonfinite(x_q, x_kv, params)
+        V.mha_nonfinite(p, x_q, x_kv)
     weights = np.stack(weights, axis=1)  # (batch, heads, n_q, n_k)
     return (out[0], weights[0]) if unbatched else (out, weights)
-
-
-def batched_mask(mask, x_q: np.ndarray, x_kv: np.ndarray, n_heads: int):
-    """Check a mask against the scores (batch, heads, n_q, n_k) and give it four axes."""
-    if mask is None:
-        return None
-    scores_shape = (x_q.shape[0], n_heads, x_q.shape[1], x_kv.shape[1])
-    mask = V.mask(mask, scores_shape, "(batch, heads, n_q, n_k)")
-    return mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
-
-
-# Names used by other modules before they had public ones (lib.backprop, lib.checks.nb01_lists);
-# kept so that those modules run unchanged until they switch to the names above.
-_softmax_inplace = softmax_inplace
-_split = split_heads_unchecked
-_merge = merge_heads_unchecked
-_batched_mask = batched_mask
-
-# The fast path lives in lib.blockwise, which imports this module: imported last, when every
-# name it uses from here exists.
-from . import blockwise as BW  # noqa: E402

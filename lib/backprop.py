@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _validate as V
-from .attention import MHAParams, _batched_mask, _merge, _split
+from .attention import MHAParams, merge_heads, prepare_mha, softmax_inplace, split_heads
 from .positions import RoPE, query_positions
 
 PARAM_NAMES = V.PARAM_NAMES
@@ -109,6 +109,20 @@ class MHACache:
     score_bias_shape: tuple | None = None  # the shape of the score bias given
 
 
+def _head_mask(head_mask, batch: int, n_heads: int, dtype) -> np.ndarray:
+    """One finite factor per head, (heads,) or (batch, heads); all ones when None."""
+    if head_mask is None:
+        return np.ones(n_heads, dtype=dtype)
+    head_mask = V.real_array(head_mask, "head_mask").astype(dtype, copy=False)
+    if head_mask.shape not in ((n_heads,), (batch, n_heads)):
+        raise ValueError(
+            f"head_mask must have shape (heads,) = ({n_heads},) or (batch, heads) = "
+            f"({batch}, {n_heads}), got {head_mask.shape}"
+        )
+    V.finite(head_mask, "head_mask")
+    return head_mask
+
+
 def _head_mask_4d(head_mask: np.ndarray) -> np.ndarray:
     """(heads,) -> (1, heads, 1, 1); (batch, heads) -> (batch, heads, 1, 1)."""
     if head_mask.ndim == 1:
@@ -123,6 +137,7 @@ def mha_forward(
     mask: np.ndarray | None = None,
     head_mask: np.ndarray | None = None,
     *,
+    causal: bool = False,
     rope: RoPE | None = None,
     score_bias: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, MHACache]:
@@ -140,21 +155,17 @@ def mha_forward(
     ``lib.attention.multi_head_attention``, whose checks, empty-sequence answers and errors
     it shares (inputs must be batched).
     """
-    V.params(params)
-    x_q, x_kv, _ = V.mha_inputs(x_q, x_kv, params.d_model, unbatched=False)
-    V.finite_inputs(x_q, x_kv)
-    mask = _batched_mask(mask, x_q, x_kv, params.n_heads)
-    x_q, x_kv, params = V.promoted(x_q, x_kv, params)  # one dtype for every step
-    h = params.n_heads
-    dtype = x_q.dtype
-    head_mask = V.head_mask(head_mask, x_q.shape[0], h, dtype)
+    x_q, x_kv, p, mask, _ = prepare_mha(x_q, x_kv, params, mask, causal=causal, batched_only=True)
+    h, g, dtype = p.n_heads, p.group, x_q.dtype
+    head_mask = _head_mask(head_mask, x_q.shape[0], h, dtype)
     n_q, n_k = x_q.shape[1], x_kv.shape[1]
     angles = None
     if rope is not None:
-        V.rope(rope)
-        V.even(params.d_k, "d_k", "RoPE turns pairs of coordinates")
-        angles = rope.cos_sin(query_positions(n_q, n_k), params.d_k, dtype) + rope.cos_sin(
-            np.arange(n_k), params.d_k, dtype
+        if not isinstance(rope, RoPE):
+            raise ValueError(f"rope must be a lib.positions.RoPE, got {type(rope).__name__}")
+        V.even(p.d_k, "d_k", "RoPE turns pairs of coordinates")
+        angles = rope.cos_sin(query_positions(n_q, n_k), p.d_k, dtype) + rope.cos_sin(
+            np.arange(n_k), p.d_k, dtype
         )
     bias_shape = None
     if score_bias is not None:
@@ -165,11 +176,13 @@ def mha_forward(
         y = x @ W
         return y if b is None else y + b
 
-    scale = 1.0 / math.sqrt(params.d_k)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
-        q = _split(project(x_q, params.W_q, params.b_q) * scale, h)  # (b, heads, n_q, d_k)
-        k = _split(project(x_kv, params.W_k, params.b_k), h)  # (batch, heads, n_k, d_k)
-        v = _split(project(x_kv, params.W_v, params.b_v), h)  # (batch, heads, n_k, d_k)
+        scale = 1.0 / math.sqrt(p.d_k)
+        q = split_heads(project(x_q, p.W_q, p.b_q) * scale, h)  # (batch, heads, n_q, d_k)
+        k = split_heads(project(x_kv, p.W_k, p.b_k), p.n_kv_heads)  # (batch, kv, n_k, d_k)
+        v = split_heads(project(x_kv, p.W_v, p.b_v), p.n_kv_heads)  # (batch, kv, n_k, d_k)
+        if g > 1:  # grouped-query: kv head j serves query heads j*group .. +group-1
+            k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)  # (batch, heads, n_k, d_k)
         if rope is not None:  # turn each pair of q's and k's coordinates by its angle
             q, k = rope.rotate(q, *angles[:2]), rope.rotate(k, *angles[2:])
         scores = q @ k.transpose(0, 1, 3, 2)  # (batch, heads, n_q, n_k)
@@ -177,16 +190,16 @@ def mha_forward(
             scores += score_bias
         fine = V.all_finite(scores)  # before masking: an overflow anywhere is an error
         if fine:
-            if mask is not None:  # add 0 where allowed, -inf where not (cheaper than np.where)
-                scores += np.where(mask, 0.0, -np.inf).astype(scores.dtype)
-            weights = _masked_softmax(scores)  # (batch, heads, n_q, n_k), reusing the buffer
+            if mask is not None:
+                np.copyto(scores, -np.inf, where=~mask)
+            weights = softmax_inplace(scores)  # (batch, heads, n_q, n_k), reusing the buffer
             heads = weights @ v  # (batch, heads, n_q, d_k)
-            concat = _merge(heads * _head_mask_4d(head_mask))  # (batch, n_q, d)
-            out = project(concat, params.W_o, params.b_o)  # (batch, n_q, d)
+            concat = merge_heads(heads * _head_mask_4d(head_mask))  # (batch, n_q, d)
+            out = project(concat, p.W_o, p.b_o)  # (batch, n_q, d)
     if not (fine and V.all_finite(out)):
-        V.mha_nonfinite(x_q, x_kv, params, _positioned_scores(rope, angles, score_bias))
+        V.mha_nonfinite(p, x_q, x_kv, scores_of=_positioned_scores(rope, angles, score_bias))
     cache = MHACache(
-        params, x_q, x_kv, q, k, v, weights, heads, concat, head_mask, rope, angles, bias_shape
+        p, x_q, x_kv, q, k, v, weights, heads, concat, head_mask, rope, angles, bias_shape
     )
     return out, weights, cache
 
@@ -205,20 +218,6 @@ def _positioned_scores(rope, angles, score_bias):
     what = V.SCORES + (" turned by RoPE" if rope is not None else "")
     what += " + score_bias" if score_bias is not None else ""
     return what, scores, {} if score_bias is None else {"score_bias": score_bias}
-
-
-def _masked_softmax(scores: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, in place; -inf (masked) entries get 0, and a row with
-    nothing to attend to (all -inf, or no keys at all) gets all zeros."""
-    if scores.size == 0:
-        return scores
-    top = scores.max(axis=-1, keepdims=True)
-    top[np.isneginf(top)] = 0.0  # a query with nothing to attend to: all weights 0
-    scores -= top
-    weights = np.exp(scores, out=scores)
-    total = _last_axis_sum(weights)
-    np.divide(weights, total, out=weights, where=total > 0)
-    return weights
 
 
 def mha_backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
@@ -255,7 +254,7 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     d_concat = d_out @ p.W_o.T  # (batch, n_q, d)
 
     # concat = merge(heads * head_mask)
-    d_masked = _split(d_concat, h)  # (batch, heads, n_q, d_k)
+    d_masked = split_heads(d_concat, h)  # (batch, heads, n_q, d_k)
     d_head_mask = np.einsum("bhnk,bhnk->bh", d_masked, cache.heads)  # (batch, heads)
     grads["head_mask"] = d_head_mask.sum(axis=0) if cache.head_mask.ndim == 1 else d_head_mask
     d_heads = d_masked * _head_mask_4d(cache.head_mask)
@@ -276,9 +275,12 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
 
     # the projections; q carried the scale 1/sqrt(d_k)
     scale = 1.0 / math.sqrt(p.d_k)
-    d_qp = _merge(d_q) * scale  # (batch, n_q, d)
-    d_kp = _merge(d_k)  # (batch, n_k, d)
-    d_vp = _merge(d_v)  # (batch, n_k, d)
+    if p.group > 1:  # k and v were repeated for each query head of a group: add up
+        d_k = d_k.reshape(d_k.shape[0], p.n_kv_heads, p.group, *d_k.shape[2:]).sum(axis=2)
+        d_v = d_v.reshape(d_v.shape[0], p.n_kv_heads, p.group, *d_v.shape[2:]).sum(axis=2)
+    d_qp = merge_heads(d_q) * scale  # (batch, n_q, d)
+    d_kp = merge_heads(d_k)  # (batch, n_k, kv * d_k)
+    d_vp = merge_heads(d_v)  # (batch, n_k, kv * d_k)
     for name, x, d in (("q", cache.x_q, d_qp), ("k", cache.x_kv, d_kp), ("v", cache.x_kv, d_vp)):
         grads["W_" + name] = weight_gradient(x, d)
         if getattr(p, "b_" + name) is not None:

@@ -550,39 +550,59 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
 # --------------------------------------------------------------------------- multi-head
 
 
-def project_heads(x_q, x_kv, params: A.MHAParams, fuse: bool):
-    """q (pre-scaled by 1/sqrt(d_k)), k, v as (batch, heads, n, d_k) views of projections.
-
-    Self-attention (``fuse``) projects with one (d, 3d) matmul by [W_q | W_k | W_v]; the
-    scale is folded into W_q and b_q (d^2 multiplications instead of n_q * n_k)."""
+def project_heads(x_q, x_kv, p: A.MHAParams, fuse: bool):
+    """q (batch, n_q, heads, d_k), pre-scaled by 1/sqrt(d_k); k, v (batch, kv heads, n_k,
+    d_k): views of the projections. Self-attention (``fuse``) projects with one matmul by
+    [W_q / sqrt(d_k) | W_k | W_v]; the scale folded into W_q and b_q costs d^2
+    multiplications instead of n_q * n_k."""
     batch, n_q, d = x_q.shape
     n_k = x_kv.shape[1]
-    h, d_k = params.n_heads, params.d_k
-    scale = 1.0 / math.sqrt(d_k)  # a Python float keeps float32 in float32
-    b_q = None if params.b_q is None else params.b_q * scale
-    if fuse:  # self-attention: one (d, 3d) matmul
-        W = np.concatenate([params.W_q * scale, params.W_k, params.W_v], axis=1)
-        b = None if b_q is None else np.concatenate([b_q, params.b_k, params.b_v])
-        qkv = A.project(x_q.reshape(batch * n_q, d), W, b).reshape(batch, n_q, 3, h, d_k)
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # (batch, n, heads, d_k)
+    scale = 1.0 / math.sqrt(p.d_k)  # a Python float keeps float32 in float32
+    b_q = None if p.b_q is None else p.b_q * scale
+    b_kv = None if p.b_k is None else np.concatenate([p.b_k, p.b_v])
+    W_kv = np.concatenate([p.W_k, p.W_v], axis=1)
+    if fuse:
+        W = np.concatenate([p.W_q * scale, W_kv], axis=1)
+        b = None if b_q is None else np.concatenate([b_q, b_kv])
+        qkv = A.project(x_q.reshape(batch * n_q, d), W, b)
+        q, kv = qkv[:, :d], qkv[:, d:]
     else:
-        q = A.project(x_q.reshape(batch * n_q, d), params.W_q * scale, b_q)
-        q = q.reshape(batch, n_q, h, d_k)
-        W = np.concatenate([params.W_k, params.W_v], axis=1)
-        b = None if params.b_k is None else np.concatenate([params.b_k, params.b_v])
-        kv = A.project(x_kv.reshape(batch * n_k, d), W, b).reshape(batch, n_k, 2, h, d_k)
-        k, v = kv[:, :, 0], kv[:, :, 1]
-    return q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+        q = A.project(x_q.reshape(batch * n_q, d), p.W_q * scale, b_q)
+        kv = A.project(x_kv.reshape(batch * n_k, d), W_kv, b_kv)
+    kv = kv.reshape(batch, n_k, 2, p.n_kv_heads, p.d_k)
+    k, v = kv[:, :, 0].transpose(0, 2, 1, 3), kv[:, :, 1].transpose(0, 2, 1, 3)
+    return q.reshape(batch, n_q, p.n_heads, p.d_k), k, v
 
 
-def attend(q, k, v, heads_out, weights, mask) -> bool:
+def grouped_rows(a: np.ndarray, n_kv_heads: int, group: int, n_q: int) -> np.ndarray:
+    """An array of (batch|1, heads|1, n_q|1, ...) laid out as (batch|1, kv heads,
+    group * n_q, ...): row i * n_q + t of key/value head j is query t of head j * group + i,
+    so that a group's queries are one matrix and each key block is read once for them."""
+    if group == 1:
+        return a
+    full = np.broadcast_to(a, (a.shape[0], n_kv_heads * group, n_q) + a.shape[3:])
+    return full.reshape((a.shape[0], n_kv_heads, group * n_q) + a.shape[3:])
+
+
+def grouped_plan(mask, causal: bool, n_q: int, n_k: int, n_kv_heads: int, group: int, dtype):
+    """The plan of a mask (four axes, or None) and of ``causal``, for queries stacked by
+    group (:func:`grouped_rows`); causal alone builds no mask."""
+    if causal and mask is None:
+        plan = causal_plan(n_q, n_k)
+    elif mask is not None:
+        plan = mask_plan(A.with_causal(mask, n_q, n_k) if causal else mask, n_k, dtype)
+    else:
+        return None
+    add = None if plan.add is None else grouped_rows(plan.add, n_kv_heads, group, n_q)
+    return MaskPlan(grouped_rows(plan.reach, n_kv_heads, group, n_q), add)
+
+
+def attend(q, k, v, heads_out, weights, plan: MaskPlan | None) -> bool:
     """The kernel with its checks: False, computing nothing, when a score would not be a
-    finite number (an overflow) or a value no query reads overflowed. mask: boolean with
-    four axes, or None."""
+    finite number (an overflow) or a value no query reads overflowed."""
     q_norm, k_norm = V.largest_row_norm(q), V.largest_row_norm(k)
     if not V.scores_fit(q, k, q_norm, k_norm):
         return False
-    plan = None if mask is None else mask_plan(mask, k.shape[2], np.result_type(q, k))
     if not unread_values_finite(v, plan):
         return False
     small = scores_are_small(q, k, q_norm, k_norm)
@@ -591,29 +611,36 @@ def attend(q, k, v, heads_out, weights, mask) -> bool:
 
 
 def multi_head_attention(
-    x_q, x_kv, params: A.MHAParams, mask=None, *, need_weights: bool = True
+    x_q, x_kv, params: A.MHAParams, mask=None, *, causal=False, need_weights: bool = True
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """lib's fast multi-head attention; see :func:`lib.attention.multi_head_attention`
-    (same arguments, results and errors)."""
+    """lib's fast multi-head attention: what :func:`lib.attention.multi_head_attention`
+    computes (same arguments, results and errors), organised for speed: one fused
+    projection, heads as views of it, each group's queries stacked so that a key block is
+    read once for the group, the scores in blocks that stay in the CPU's cache, the keys a
+    block of queries cannot reach skipped (``causal=True`` is planned without building a
+    mask), the rows normalised after ``P @ V``."""
     self_attention = x_q is x_kv
-    x_q, x_kv, params, mask, unbatched = A.prepare_mha(x_q, x_kv, params, mask)
+    x_q, x_kv, p, mask, unbatched = A.prepare_mha(x_q, x_kv, params, mask)
     batch, n_q, d = x_q.shape
     n_k = x_kv.shape[1]
-    h = params.n_heads
-    if batch * n_q * n_k == 0:
-        out, weights = A.empty_mha_result(x_q, x_kv, params, need_weights)
+    kv, g, d_k, dtype = p.n_kv_heads, p.group, p.d_k, x_q.dtype
+    if batch * n_q * n_k == 0:  # every query attends to nothing: the output is b_o
+        out = np.zeros((batch, n_q, d), dtype) + (0 if p.b_o is None else p.b_o)
+        weights = np.zeros((batch, p.n_heads, n_q, n_k), dtype) if need_weights else None
     else:
-        # Inputs and weights are finite (checked above), so a NaN or inf met below is an
-        # overflow: V.mha_nonfinite explains it, and NumPy's warnings would only repeat it.
-        with np.errstate(over="ignore", invalid="ignore"):
-            q, k, v = project_heads(x_q, x_kv, params, fuse=self_attention)
-            heads = np.empty((batch, n_q, h, params.d_k), np.result_type(q, k, v))
-            shape = (batch, h, n_q, n_k)
-            weights = new_weights(shape, np.result_type(q, k)) if need_weights else None
-            fine = attend(q, k, v, heads.transpose(0, 2, 1, 3), weights, mask)
-            out = A.project(heads.reshape(batch * n_q, d), params.W_o, params.b_o)
+        weights = new_weights((batch, p.n_heads, n_q, n_k), dtype) if need_weights else None
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is explained below
+            q, k, v = project_heads(x_q, x_kv, p, fuse=self_attention)
+            rows = q.reshape(batch, n_q, kv, g, d_k).transpose(0, 2, 3, 1, 4)
+            rows = rows.reshape(batch, kv, g * n_q, d_k)  # the group's queries, stacked
+            heads = np.empty((batch, kv, g * n_q, d_k), dtype)
+            w_rows = None if weights is None else weights.reshape(batch, kv, g * n_q, n_k)
+            plan = grouped_plan(mask, causal, n_q, n_k, kv, g, dtype)
+            fine = attend(rows, k, v, heads, w_rows, plan)
+            concat = heads.reshape(batch, kv, g, n_q, d_k).transpose(0, 3, 1, 2, 4)
+            out = A.project(concat.reshape(batch * n_q, d), p.W_o, p.b_o)
         if not (fine and V.all_finite(out)):
-            V.mha_nonfinite(x_q, x_kv, params)
+            V.mha_nonfinite(p, x_q, x_kv)
         out = out.reshape(batch, n_q, d)
     if unbatched:
         return out[0], None if weights is None else weights[0]

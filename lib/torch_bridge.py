@@ -34,7 +34,7 @@ def pack_in_proj(params: A.MHAParams) -> tuple[np.ndarray, np.ndarray | None]:
     ``x @ in_proj_weight.T`` is ``[x @ W_q, x @ W_k, x @ W_v]`` side by side.
     in_proj_bias: (3 d_model,) = [b_q, b_k, b_v], or None without biases.
     """
-    V.params(params)
+    A.check_params(params)
     weight = np.concatenate([params.W_q, params.W_k, params.W_v], axis=1).T
     if not params.has_bias:
         return np.ascontiguousarray(weight), None
@@ -91,4 +91,4 @@ def from_torch_mha(module) -> A.MHAParams:
         b = module.in_proj_bias.detach().cpu().numpy()
         biases = [b[:d].copy(), b[d : 2 * d].copy(), b[2 * d :].copy()]
         biases.append(module.out_proj.bias.detach().cpu().numpy().copy())
-    return V.params(A.MHAParams(W_q, W_k, W_v, W_o, module.num_heads, *biases))
+    return A.check_params(A.MHAParams(W_q, W_k, W_v, W_o, module.num_heads, *biases))

@@ -111,8 +111,11 @@ FORWARDS = {
     "multi_head_attention(need_weights=False)": lambda *a: A.multi_head_attention(
         *a, need_weights=False
     ),
-    "multi_head_attention_reshape": lambda *a: A.multi_head_attention_reshape(*a),
     "multi_head_attention_per_head": lambda *a: A.multi_head_attention_per_head(*a),
+    "blockwise.multi_head_attention": lambda *a: BW.multi_head_attention(*a),
+    "blockwise.multi_head_attention(need_weights=False)": lambda *a: BW.multi_head_attention(
+        *a, need_weights=False
+    ),
     "backprop.mha_forward": lambda *a: BP.mha_forward(*a),
     "backprop.mha_forward(rope)": lambda *a: BP.mha_forward(*a, rope=POS.RoPE()),
     "backprop.mha_forward(score_bias)": lambda *a: BP.mha_forward(*a, score_bias=0.0),
@@ -246,30 +249,11 @@ ACCEPTED_FORWARD_RULES = [
 ]  # fmt: skip
 
 
-def as_gqa(p):
-    """The same layer as a GQAParams with one query head per key/value head (the same
-    arrays, unchecked, so that the forward's own checks are the ones tested)."""
-    if not isinstance(p, A.MHAParams):
-        return p
-    return KV.GQAParams(p.W_q, p.W_k, p.W_v, p.W_o, p.n_heads, p.n_heads,
-                        p.b_q, p.b_k, p.b_v, p.b_o)  # fmt: skip
-
-
-def gqa_forward(x_q, x_kv, p, mask):
-    return KV.gqa_attention(x_q, x_kv, as_gqa(p), mask)[0]
-
-
 def forward_rows():
     for name, forward in FORWARDS.items():
         for rule, args, error, fragments in FORWARD_RULES:
             yield Row(name, rule, lambda f=forward, a=args: f(*a()), error, fragments)
-    for rule, args, error, fragments in FORWARD_RULES:  # the grouped-query forward
-        if rule == "params not an MHAParams":
-            fragments = ("params must be a GQAParams", "got dict")
-        yield Row("kv_cache.gqa_attention", rule, lambda a=args: gqa_forward(*a()), error,
-                  fragments)  # fmt: skip
-    forwards = FORWARDS | {"kv_cache.gqa_attention": lambda *a: (gqa_forward(*a),)}
-    for name, forward in forwards.items():
+    for name, forward in FORWARDS.items():
         for rule, args, check in ACCEPTED_FORWARD_RULES:
             yield Row(name, rule, lambda f=forward, a=args, c=check: c(f, f(*a())[0]), None)
 
@@ -344,8 +328,8 @@ def finite_result(fn):
     return out
 
 
-def gqa(bias=True, dtype=np.float64, **changes) -> KV.GQAParams:
-    p = KV.init_gqa_params(8, 4, 2, rng(), bias=bias, dtype=dtype)
+def gqa(bias=True, dtype=np.float64, **changes) -> A.MHAParams:
+    p = A.init_mha_params(8, 4, rng(), bias=bias, dtype=dtype, n_kv_heads=2)
     return dataclasses.replace(p, **changes) if changes else p
 
 
@@ -392,6 +376,15 @@ def mixed_core(core):
     close_to(want, np.float64, 1e-12)(core, first(core(q, k, v)))
 
 
+def masked_overflow_params():
+    """One head, d = 2: token 0 = (1, 0) has the query (1e20, 0), token 1 = (0, 1) the key
+    (1e20, 0), every other query and key is 0. Only the score of query 0 with key 1, which a
+    causal mask hides, overflows float32; every forward refuses it all the same."""
+    W_q = np.array([[1e20, 0.0], [0.0, 0.0]], np.float32)
+    W_k = np.array([[0.0, 0.0], [1e20, 0.0]], np.float32)
+    return A.MHAParams(W_q, W_k, np.eye(2, dtype=np.float32), np.eye(2, dtype=np.float32), 1)
+
+
 def decoded(p, xs):
     """The outputs of a decoder of p fed each of xs in turn, concatenated."""
     dec = decoder(p)
@@ -399,7 +392,7 @@ def decoded(p, xs):
 
 
 def huge_values_decoded(one_token_at_a_time: bool):
-    p = as_gqa(huge_values_params())
+    p = huge_values_params()
     xs = [np.ones((1, 8), np.float32)] * 3 if one_token_at_a_time else [np.ones((3, 8), np.float32)]
     close_to(np.full((3, 8), 8e25), np.float32, 1e-5)(None, decoded(p, xs))
 
@@ -492,7 +485,7 @@ OTHER_ROWS = [
         lambda: A.MHAParams(W4(), W4(), W4(), W4(), 2, np.zeros(4), None, np.zeros(4),
                             np.zeros(4)), E,
         ("MHAParams takes all four biases or none, got b_q, b_v, b_o without b_k",
-         "np.zeros(d_model)")),
+         "pass zeros for a bias")),
     Row("MHAParams", "bool head count", lambda: A.MHAParams(W4(), W4(), W4(), W4(), True), E,
         ("n_heads must be an integer >= 1, got True (bool)",)),
     Row("MHAParams", "float head count", lambda: A.MHAParams(W4(), W4(), W4(), W4(), 2.0), E,
@@ -893,45 +886,49 @@ OTHER_ROWS = [
             np.ones((3, 4), np.float32), np.ones((3, 4), np.float32), huge((3, 2), 3e38))),
         None),
     # kv_cache: grouped-query parameters
-    Row("kv_cache.GQAParams", "kv heads do not divide the heads",
-        lambda: KV.GQAParams(W4(), np.ones((4, 3)), np.ones((4, 3)), W4(), 4, 3), E,
+    Row("MHAParams (grouped)", "kv heads do not divide the heads",
+        lambda: A.MHAParams(W4(), np.ones((4, 3)), np.ones((4, 3)), W4(), 4, n_kv_heads=3), E,
         ("n_kv_heads=3 does not divide n_heads=4", "valid key/value head counts for n_heads=4 "
          "are [1, 2, 4]")),
-    Row("kv_cache.GQAParams", "bool kv head count",
-        lambda: KV.GQAParams(W4(), np.ones((4, 1)), np.ones((4, 1)), W4(), 4, True), E,
+    Row("MHAParams (grouped)", "bool kv head count",
+        lambda: A.MHAParams(W4(), np.ones((4, 1)), np.ones((4, 1)), W4(), 4, n_kv_heads=True), E,
         ("n_kv_heads must be an integer >= 1, got True (bool)",)),
-    Row("kv_cache.GQAParams", "W_k of the wrong width",
-        lambda: KV.GQAParams(W4(), W4(), np.ones((4, 2)), W4(), 4, 2), E,
+    Row("MHAParams (grouped)", "W_k of the wrong width",
+        lambda: A.MHAParams(W4(), W4(), np.ones((4, 2)), W4(), 4, n_kv_heads=2), E,
         ("W_k must be (d_model, n_kv_heads * d_k) = (4, 2), got (4, 4)",)),
-    Row("kv_cache.GQAParams", "W_q not square",
-        lambda: KV.GQAParams(np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)), W4(), 4, 2), E,
+    Row("MHAParams (grouped)", "W_q not square",
+        lambda: A.MHAParams(np.ones((4, 2)), *[np.ones((4, 2))] * 2, W4(), 4, n_kv_heads=2), E,
         ("W_q must be (d_model, d_model) = (4, 4), got (4, 2)",)),
-    Row("kv_cache.GQAParams", "some biases missing",
+    Row("MHAParams (grouped)", "some biases missing",
         lambda: dataclasses.replace(gqa(), b_v=None), E,
-        ("GQAParams takes all four biases or none, got b_q, b_k, b_o without b_v",)),
-    Row("kv_cache.GQAParams", "b_k of the query width",
+        ("MHAParams takes all four biases or none, got b_q, b_k, b_o without b_v",)),
+    Row("MHAParams (grouped)", "b_k of the query width",
         lambda: dataclasses.replace(gqa(), b_k=np.zeros(8)), E,
-        ("b_k must have shape (4,), got (8,)",)),
-    Row("kv_cache.GQAParams", "strings", lambda: dataclasses.replace(gqa(), W_o=[["a"] * 8] * 8),
+        ("b_k must have shape (n_kv_heads * d_k,) = (4,), got (8,)",)),
+    Row("MHAParams (grouped)", "strings", lambda: dataclasses.replace(gqa(), W_o=[["a"] * 8] * 8),
         E, ("W_o must hold real numbers",)),
-    Row("kv_cache.init_gqa_params", "indivisible",
-        lambda: KV.init_gqa_params(8, 4, 3, rng()), E, ("n_kv_heads=3 does not divide",)),
-    Row("kv_cache.init_gqa_params", "heads do not divide d_model",
-        lambda: KV.init_gqa_params(6, 4, 2, rng()), E, ("d_model=6 is not divisible",)),
-    Row("kv_cache.init_gqa_params", "float d_model",
-        lambda: KV.init_gqa_params(8.0, 4, 2, rng()), E,
+    Row("init_mha_params (grouped)", "indivisible",
+        lambda: A.init_mha_params(8, 4, rng(), n_kv_heads=3), E, ("n_kv_heads=3 does not divide",)),
+    Row("init_mha_params (grouped)", "heads do not divide d_model",
+        lambda: A.init_mha_params(6, 4, rng(), n_kv_heads=2), E, ("d_model=6 is not divisible",)),
+    Row("init_mha_params (grouped)", "float d_model",
+        lambda: A.init_mha_params(8.0, 4, rng(), n_kv_heads=2), E,
         ("d_model must be an integer >= 1, got 8.0 (float)",)),
-    Row("kv_cache.init_gqa_params", "float head count",
-        lambda: KV.init_gqa_params(8, 2.5, 1, rng()), E,
+    Row("init_mha_params (grouped)", "float head count",
+        lambda: A.init_mha_params(8, 2.5, rng(), n_kv_heads=1), E,
         ("n_heads must be an integer >= 1, got 2.5 (float)",)),
-    Row("kv_cache.init_gqa_params", "float kv head count",
-        lambda: KV.init_gqa_params(8, 4, 2.0, rng()), E,
+    Row("init_mha_params (grouped)", "float kv head count",
+        lambda: A.init_mha_params(8, 4, rng(), n_kv_heads=2.0), E,
         ("n_kv_heads must be an integer >= 1, got 2.0 (float)",)),
-    Row("kv_cache.init_gqa_params", "integer dtype",
-        lambda: KV.init_gqa_params(8, 4, 2, rng(), dtype=int), E,
+    Row("init_mha_params (grouped)", "integer dtype",
+        lambda: A.init_mha_params(8, 4, rng(), dtype=int, n_kv_heads=2), E,
         ("dtype must be a floating-point dtype",)),
     Row("kv_cache.gqa_from_mha", "params not an MHAParams",
-        lambda: KV.gqa_from_mha(gqa(), 2), E, ("params must be an MHAParams",)),
+        lambda: KV.gqa_from_mha({"W_q": 1}, 2), E, ("params must be an MHAParams",)),
+    Row("kv_cache.gqa_from_mha", "a layer already grouped",
+        lambda: KV.gqa_from_mha(gqa(), 1), E,
+        ("pools the key/value heads of a layer that has one per query head",
+         "n_kv_heads=2 for n_heads=4")),
     Row("kv_cache.gqa_from_mha", "NaN in a weight",
         lambda: KV.gqa_from_mha(with_value("W_k", (3, 3)), 1), E,
         ("params.W_k contains NaN or inf (first at index (3, 3)",)),
@@ -949,7 +946,7 @@ OTHER_ROWS = [
         lambda: KV.cache_bytes_per_token(32, 8, 128.0), E, ("d_k must be an integer >= 1",)),
     # kv_cache: decoding
     Row("kv_cache.Decoder", "params of another kind", lambda: KV.Decoder({"W_q": 1}), E,
-        ("params must be a GQAParams", "got dict")),
+        ("params must be an MHAParams", "got dict")),
     Row("kv_cache.Decoder", "NaN in a weight (GQA)",
         lambda: KV.Decoder((lambda p: (p.W_v.__setitem__((1, 1), np.nan), p)[1])(gqa())), E,
         ("params.W_v contains NaN or inf (first at index (1, 1)",)),
@@ -960,6 +957,9 @@ OTHER_ROWS = [
         ("max_len must be an integer >= 1, got 0",)),
     Row("kv_cache.Decoder", "float batch", lambda: decoder(batch=2.0), E,
         ("batch must be an integer >= 1, got 2.0 (float)",)),
+    Row("kv_cache.Decoder.__call__", "a score the causal mask hides overflows, in a prompt",
+        lambda: decoded(masked_overflow_params(), [np.eye(2, dtype=np.float32)]), E,
+        ("the scores q k^T / sqrt(d_k) overflow float32",)),
     Row("kv_cache.Decoder.__call__", "NaN in x_new",
         lambda: decoder()(x((1, 2, 8), at=(0, 1, 5))), E,
         ("x_new contains NaN or inf (first at index (0, 1, 5), shape (1, 2, 8))",)),
@@ -1032,13 +1032,13 @@ def test_bad_input(row):
 def test_every_public_forward_and_rule_is_in_the_table():
     functions = {row.function for row in ROWS}
     for name in (
-        "multi_head_attention", "multi_head_attention_reshape", "multi_head_attention_per_head",
+        "multi_head_attention", "multi_head_attention_per_head", "blockwise.multi_head_attention",
         "backprop.mha_forward", "backprop.mha_backward", "scaled_dot_product_attention",
         "softmax", "lists.attention", "lists.multi_head_attention", "tiny.TinyModel.forward",
         "tiny.TinyModel.backward", "torch_bridge.to_torch_mha", "torch_bridge.from_torch_mha",
         "torch_bridge.pack_in_proj", "torch_bridge.to_torch_attn_mask", "MHAParams",
-        "blockwise.attention", "blockwise.online_softmax_attention", "kv_cache.GQAParams",
-        "kv_cache.init_gqa_params", "kv_cache.gqa_from_mha", "kv_cache.gqa_attention",
+        "blockwise.attention", "blockwise.online_softmax_attention", "MHAParams (grouped)",
+        "init_mha_params (grouped)", "kv_cache.gqa_from_mha",
         "kv_cache.Decoder", "kv_cache.Decoder.__call__", "kv_cache.cache_bytes_per_token",
         "backprop.mha_forward(rope)", "backprop.mha_forward(score_bias)",
         "positions.sinusoidal_table", "positions.sinusoidal_shift", "positions.RoPE",

@@ -332,25 +332,25 @@ def test_large_weights_reuse_memory_only_once_nothing_refers_to_it():
     rng = np.random.default_rng(3)
     p = A.init_mha_params(16, 4, rng)
     x = rng.normal(size=(2, 750, 16))  # weights: 2 * 4 * 750^2 float64 = 36 MB
-    want = A.multi_head_attention_reshape(x, x, p)[1]
+    want = A.multi_head_attention(x, x, p)[1]
     tol = mha_tolerances(np.float64, x, x, p)[0]
     BW.release_spare_weights()
-    first = A.multi_head_attention(x, x, p)[1]
+    first = BW.multi_head_attention(x, x, p)[1]
     address = first.__array_interface__["data"][0]
     kept = first[1, 2]  # a view keeps the memory in use
     del first
-    second = A.multi_head_attention(x, x, p)[1]
+    second = BW.multi_head_attention(x, x, p)[1]
     assert not np.shares_memory(second, kept)
     assert_within(kept, want[1, 2], tol[1, 2], "kept")  # not overwritten by the second call
     del kept, second
-    third = A.multi_head_attention(x, x, p)[1]  # nothing refers to the spare: reused
+    third = BW.multi_head_attention(x, x, p)[1]  # nothing refers to the spare: reused
     assert third.__array_interface__["data"][0] != address  # the second call's memory ...
     fourth_address = third.__array_interface__["data"][0]
     del third
-    fourth = A.multi_head_attention(x, x, p)[1]
+    fourth = BW.multi_head_attention(x, x, p)[1]
     assert fourth.__array_interface__["data"][0] == fourth_address  # ... is reused
     assert_within(fourth, want, tol, "fourth")
     assert fourth.flags.c_contiguous and fourth.flags.writeable
-    small = A.multi_head_attention(x[:, :10], x[:, :10], p)[1]  # small: a fresh array
+    small = BW.multi_head_attention(x[:, :10], x[:, :10], p)[1]  # small: a fresh array
     assert small.base is None
     BW.release_spare_weights()

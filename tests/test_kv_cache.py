@@ -16,6 +16,7 @@ from tolerances import assert_within, mha_tolerances
 from torch.nn import functional as F
 
 from lib import attention as A
+from lib import blockwise as BW
 from lib import kv_cache as KV
 from lib import rounding as R
 
@@ -50,7 +51,7 @@ def build(c):
     d = h * c["d_k"]
     n_q = c["n_q"]
     n_k = n_q if c["self_attention"] else c["n_k"]
-    params = KV.init_gqa_params(d, h, c["n_kv"], rng, bias=c["bias"], dtype=c["dtype"])
+    params = A.init_mha_params(d, h, rng, bias=c["bias"], dtype=c["dtype"], n_kv_heads=c["n_kv"])
     x_q = rng.normal(size=(c["batch"], n_q, d)).astype(c["dtype"])
     x_kv = x_q if c["self_attention"] else rng.normal(size=(c["batch"], n_k, d)).astype(c["dtype"])
     mask = {
@@ -65,7 +66,23 @@ def build(c):
     return params, x_q, x_kv, mask
 
 
-def torch_gqa(params: KV.GQAParams, x_q, x_kv, mask, repeat: bool):
+def expanded(p: A.MHAParams) -> A.MHAParams:
+    """The same layer with one key/value head per query head: each key/value head's
+    columns repeated for every query head of its group (repeat_interleave's order)."""
+
+    def repeated(a):
+        if a is None:
+            return None
+        heads = a.reshape(a.shape[:-1] + (p.n_kv_heads, p.d_k))
+        return np.repeat(heads, p.group, axis=-2).reshape(a.shape[:-1] + (p.d_model,))
+
+    return A.MHAParams(
+        p.W_q, repeated(p.W_k), repeated(p.W_v), p.W_o, p.n_heads,
+        p.b_q, repeated(p.b_k), repeated(p.b_v), p.b_o,
+    )  # fmt: skip
+
+
+def torch_gqa(params: A.MHAParams, x_q, x_kv, mask, repeat: bool):
     """The layer in torch: projections, then SDPA with enable_gqa=True, or with the
     key/value heads repeat_interleave'd to one per query head."""
     b, n_q, d = x_q.shape
@@ -92,9 +109,9 @@ def torch_gqa(params: KV.GQAParams, x_q, x_kv, mask, repeat: bool):
 @given(cases())
 def test_gqa_matches_torch_and_the_same_layer_as_multi_head(c):
     params, x_q, x_kv, mask = build(c)
-    out, weights = KV.gqa_attention(x_q, x_kv, params, mask)
+    out, weights = BW.multi_head_attention(x_q, x_kv, params, mask)
     with kernel_sizes(**TINY_TILES):  # without weights, small scores take the tiles
-        out_only, none = KV.gqa_attention(x_q, x_kv, params, mask, need_weights=False)
+        out_only, none = BW.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
     w_tol, out_tol = mha_tolerances(c["dtype"], x_q, x_kv, params, mask)
     assert out.dtype == weights.dtype == c["dtype"] and none is None
     assert weights.shape == (c["batch"], params.n_heads, x_q.shape[1], x_kv.shape[1])
@@ -102,11 +119,14 @@ def test_gqa_matches_torch_and_the_same_layer_as_multi_head(c):
         want = torch_gqa(params, x_q, x_kv, mask, repeat)
         assert_within(out, want, out_tol, f"torch, repeat={repeat}")
         assert_within(out_only, want, out_tol, f"no weights, torch, repeat={repeat}")
-    mha_out, mha_w = A.multi_head_attention(x_q, x_kv, params.as_mha(), mask)
+    mha_out, mha_w = A.multi_head_attention(x_q, x_kv, expanded(params), mask)
     assert_within(out, mha_out, out_tol, "multi-head")
     assert_within(weights, mha_w, w_tol, "multi-head weights")
+    readable_out, readable_w = A.multi_head_attention(x_q, x_kv, params, mask)  # grouped
+    assert_within(readable_out, mha_out, out_tol, "readable form, grouped")
+    assert_within(readable_w, mha_w, w_tol, "readable form's weights, grouped")
     # query head i reads key/value head i // group: heads of one group see the same keys
-    per_head = A.multi_head_attention_per_head(x_q, x_kv, params.as_mha(), mask)[1]
+    per_head = A.multi_head_attention_per_head(x_q, x_kv, expanded(params), mask)[1]
     assert_within(weights, per_head, w_tol, "per head")
 
 
@@ -115,16 +135,16 @@ def test_query_heads_of_a_group_share_their_key_value_head():
     heads 2 and 3 then output 0 and heads 0 and 1 do not: repeat_interleave's order, not
     repeat's (which would pair query heads 0, 2 with kv head 0 and 1, 3 with kv head 1)."""
     rng = np.random.default_rng(3)
-    p = KV.init_gqa_params(8, 4, 2, rng)
+    p = A.init_mha_params(8, 4, rng, n_kv_heads=2)
     x = rng.normal(size=(1, 5, 8))
     zeroed = dataclasses.replace(p, W_v=np.where(np.arange(4) < 2, 1.0, 0.0) * p.W_v)
-    heads = KV.gqa_attention(x, x, dataclasses.replace(zeroed, W_o=np.eye(8)))[0]
+    heads = BW.multi_head_attention(x, x, dataclasses.replace(zeroed, W_o=np.eye(8)))[0]
     assert np.abs(heads[..., :4]).min() > 0  # query heads 0, 1: key/value head 0
     np.testing.assert_array_equal(heads[..., 4:], 0.0)  # query heads 2, 3: kv head 1, zeroed
-    expanded = zeroed.as_mha()
-    np.testing.assert_array_equal(expanded.W_v[:, 2:4], zeroed.W_v[:, 0:2])  # head 1: kv 0
-    np.testing.assert_array_equal(expanded.W_v[:, 4:6], zeroed.W_v[:, 2:4])  # head 2: kv 1
-    np.testing.assert_array_equal(expanded.W_v[:, 4:], 0.0)
+    full = expanded(zeroed)
+    np.testing.assert_array_equal(full.W_v[:, 2:4], zeroed.W_v[:, 0:2])  # head 1: kv 0
+    np.testing.assert_array_equal(full.W_v[:, 4:6], zeroed.W_v[:, 2:4])  # head 2: kv 1
+    np.testing.assert_array_equal(full.W_v[:, 4:], 0.0)
 
 
 def test_mean_pooling_a_trained_layer():
@@ -133,7 +153,9 @@ def test_mean_pooling_a_trained_layer():
     same = KV.gqa_from_mha(p, 6)
     x = rng.normal(size=(2, 4, 12))
     out_tol = mha_tolerances(np.float64, x, x, p)[1]
-    assert_within(KV.gqa_attention(x, x, same)[0], A.multi_head_attention(x, x, p)[0], out_tol)
+    assert_within(
+        BW.multi_head_attention(x, x, same)[0], A.multi_head_attention(x, x, p)[0], out_tol
+    )
 
     def mean_tol(a, axis):  # a mean of m numbers: m - 1 sums and a division
         return R.tolerance(np.float64, a.shape[axis], np.abs(a).mean(axis=axis))
@@ -155,10 +177,10 @@ def test_parameter_and_cache_counts():
     d, h = 16, 8
     for kv in (8, 4, 1):
         for bias in (False, True):
-            p = KV.init_gqa_params(d, h, kv, rng, bias=bias)
+            p = A.init_mha_params(d, h, rng, bias=bias, n_kv_heads=kv)
             width = kv * (d // h)
-            assert KV.count_params(p) == 2 * d * d + 2 * d * width + bias * (2 * d + 2 * width)
-    assert KV.count_params(A.init_mha_params(d, h, rng, bias=True)) == 4 * d * d + 4 * d
+            assert A.count_params(p) == 2 * d * d + 2 * d * width + bias * (2 * d + 2 * width)
+    assert A.count_params(A.init_mha_params(d, h, rng, bias=True)) == 4 * d * d + 4 * d
     # Llama 3.1 8B: 32 layers, 8 key/value heads of 128, bfloat16: 128 KiB per token
     assert KV.cache_bytes_per_token(32, 8, 128, 2) == 128 * 1024
 
@@ -169,7 +191,7 @@ def test_parameter_and_cache_counts():
 class TorchDecoder:
     """A decoder in torch that keeps its own cache by concatenation (torch.cat)."""
 
-    def __init__(self, params: KV.GQAParams):
+    def __init__(self, params: A.MHAParams):
         self.p, self.k, self.v = params, None, None
 
     def __call__(self, x):
@@ -212,7 +234,7 @@ def decode_and_compare(batch, heads, d_k, steps, bias, dtype, seed):
     h, kv = heads
     rng = np.random.default_rng(seed)
     d = h * d_k
-    params = KV.init_gqa_params(d, h, kv, rng, bias=bias, dtype=dtype)
+    params = A.init_mha_params(d, h, rng, bias=bias, dtype=dtype, n_kv_heads=kv)
     n = sum(steps)
     x = rng.normal(size=(batch, n, d)).astype(dtype)
     decoder, reference = KV.Decoder(params, batch=batch, max_len=max(n, 1)), TorchDecoder(params)
@@ -228,7 +250,7 @@ def decode_and_compare(batch, heads, d_k, steps, bias, dtype, seed):
         outs.append(got)
         start += step
     assert decoder.length == n and decoder.keys.shape == (batch, kv, n, d_k)
-    want = KV.gqa_attention(x, x, params, A.causal_mask(n))[0]
+    want = BW.multi_head_attention(x, x, params, A.causal_mask(n))[0]
     tol = mha_tolerances(dtype, x, x, params, A.causal_mask(n))[1]
     assert_within(np.concatenate(outs, axis=1), want, tol, "recomputed")
 
@@ -251,7 +273,7 @@ def test_a_multi_head_layer_decodes_as_its_own_forward():
 
 def test_a_failed_step_leaves_the_cache_as_it_was():
     rng = np.random.default_rng(7)
-    p = KV.init_gqa_params(8, 4, 2, rng, dtype=np.float32)
+    p = A.init_mha_params(8, 4, rng, dtype=np.float32, n_kv_heads=2)
     decoder = KV.Decoder(p, max_len=4)
     decoder(np.ones((2, 8), np.float32))
     keys = decoder.keys.copy()
@@ -269,7 +291,7 @@ def test_a_failed_step_leaves_the_cache_as_it_was():
 
 def test_the_decoder_keeps_its_own_copy_of_the_weights():
     rng = np.random.default_rng(8)
-    p = KV.init_gqa_params(8, 2, 1, rng)
+    p = A.init_mha_params(8, 2, rng, n_kv_heads=1)
     decoder = KV.Decoder(p)
     x = rng.normal(size=(3, 8))
     before = decoder(x)
@@ -283,7 +305,7 @@ def test_wider_tokens_widen_the_cache_until_reset():
     keys cached so far widened; a step that fails leaves the cache as it was, dtype included;
     reset() goes back to the weights' float32."""
     rng = np.random.default_rng(9)
-    p = KV.init_gqa_params(12, 6, 2, rng, dtype=np.float32)  # d_k = 2
+    p = A.init_mha_params(12, 6, rng, dtype=np.float32, n_kv_heads=2)  # d_k = 2
     x = rng.normal(size=(1, 6, 12))
     x32 = x.astype(np.float32)
     decoder = KV.Decoder(p, max_len=6)
@@ -299,12 +321,12 @@ def test_wider_tokens_widen_the_cache_until_reset():
     np.testing.assert_array_equal(decoder.keys[:, :, :3], keys)  # widened exactly
     # the first three keys were computed in float32: float32's accuracy for the rest
     whole = np.concatenate([x32[:, :3].astype(np.float64), x[:, 3:]], axis=1)
-    want = KV.gqa_attention(whole, whole, p, A.causal_mask(6))[0]
+    want = BW.multi_head_attention(whole, whole, p, A.causal_mask(6))[0]
     tol = mha_tolerances(np.float32, whole, whole, p, A.causal_mask(6))[1]
     assert_within(rest, want[:, 3:], tol[:, 3:], "float64 steps after float32 ones")
     decoder.reset()
     again = decoder(x32)
     assert again.dtype == decoder.keys.dtype == np.float32
-    want32 = KV.gqa_attention(x32, x32, p, A.causal_mask(6))[0]
+    want32 = BW.multi_head_attention(x32, x32, p, A.causal_mask(6))[0]
     tol = mha_tolerances(np.float32, x32, x32, p, A.causal_mask(6))[1]
     assert_within(again, want32, tol, "float32 again")

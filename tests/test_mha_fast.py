@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tolerances import assert_within, mha_tolerances
 
 from lib import attention as A
+from lib import blockwise as BW
 from lib import rounding as R
 
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
@@ -67,7 +68,7 @@ def cases(draw):
 
 
 @given(cases())
-def test_fast_version_equals_the_reshape_version(c):
+def test_fast_version_equals_the_readable_version(c):
     rng = np.random.default_rng(c["seed"])
     d = c["h"] * c["d_k"]
     n_k = c["n_q"] if c["self_attention"] else c["n_k"]
@@ -75,10 +76,10 @@ def test_fast_version_equals_the_reshape_version(c):
     x_q = (c["scale"] * rng.normal(size=(c["batch"], c["n_q"], d))).astype(c["dtype"])
     x_kv = x_q if c["self_attention"] else rng.normal(size=(c["batch"], n_k, d)).astype(c["dtype"])
     mask = random_mask(rng, c["mask"], c["batch"], c["h"], c["n_q"], n_k)
-    want_out, want_w = A.multi_head_attention_reshape(x_q, x_kv, params, mask)
+    want_out, want_w = A.multi_head_attention(x_q, x_kv, params, mask)
     with block_bytes(c["block"], c["group"], c["tiles"]):
-        out, w = A.multi_head_attention(x_q, x_kv, params, mask)
-        out_only, none = A.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
+        out, w = BW.multi_head_attention(x_q, x_kv, params, mask)
+        out_only, none = BW.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
     w_tol, out_tol = mha_tolerances(c["dtype"], x_q, x_kv, params, mask)
     assert out.dtype == w.dtype == out_only.dtype == c["dtype"] and none is None
     assert_within(w, want_w, w_tol, "weights")
@@ -89,8 +90,8 @@ def test_fast_version_equals_the_reshape_version(c):
 def test_huge_scores_take_the_stable_path_and_stay_finite(rng):
     params = A.init_mha_params(8, 2, rng)
     x = 1e3 * rng.normal(size=(2, 5, 8))  # scores of order 1e5: exp would overflow
-    out, w = A.multi_head_attention(x, x, params, A.causal_mask(5))
-    want_out, want_w = A.multi_head_attention_reshape(x, x, params, A.causal_mask(5))
+    out, w = BW.multi_head_attention(x, x, params, A.causal_mask(5))
+    want_out, want_w = A.multi_head_attention(x, x, params, A.causal_mask(5))
     assert np.isfinite(out).all() and np.isfinite(w).all()
     w_tol, out_tol = mha_tolerances(np.float64, x, x, params, A.causal_mask(5))
     assert_within(w, want_w, w_tol, "weights")
@@ -105,7 +106,7 @@ def test_fully_masked_rows_and_blocks_give_zero(rng, need_weights):
     mask[0, :, 1] = False  # one row of sequence 0
     mask[1] = False  # all of sequence 1: every block of it is empty
     with block_bytes(2 * 6 * 8):  # two query rows per block
-        out, w = A.multi_head_attention(x, x, params, mask, need_weights=need_weights)
+        out, w = BW.multi_head_attention(x, x, params, mask, need_weights=need_weights)
     np.testing.assert_array_equal(out[0, 1], params.b_o)  # 0 @ W_o + b_o: exact
     np.testing.assert_array_equal(out[1], np.broadcast_to(params.b_o, (6, 8)))
     if need_weights:
@@ -121,9 +122,9 @@ def test_fully_masked_rows_and_blocks_give_zero(rng, need_weights):
 def test_unbatched_without_weights(rng):
     params = A.init_mha_params(6, 3, rng)
     x = rng.normal(size=(4, 6))
-    out, w = A.multi_head_attention(x, x, params, need_weights=False)
+    out, w = BW.multi_head_attention(x, x, params, need_weights=False)
     assert w is None and out.shape == (4, 6)
-    want = A.multi_head_attention_reshape(x, x, params)[0]
+    want = A.multi_head_attention(x, x, params)[0]
     assert_within(out, want, mha_tolerances(np.float64, x, x, params)[1])
 
 
@@ -131,8 +132,8 @@ def test_self_attention_by_identity_and_by_equal_copies_agree(rng):
     """x_q is x_kv takes the fused [W_q | W_k | W_v] path; a copy takes the separate one."""
     params = A.init_mha_params(8, 4, rng, bias=True)
     x = rng.normal(size=(2, 5, 8))
-    fused = A.multi_head_attention(x, x, params)
-    separate = A.multi_head_attention(x, x.copy(), params)
+    fused = BW.multi_head_attention(x, x, params)
+    separate = BW.multi_head_attention(x, x.copy(), params)
     tols = mha_tolerances(np.float64, x, x, params)[::-1]  # (output, weights), as returned
     for a, b, tol, name in zip(fused, separate, tols, ("output", "weights"), strict=True):
         assert_within(a, b, tol, name)
@@ -143,11 +144,11 @@ def test_bad_parameters_and_overflow_are_reported(rng):
     x = rng.normal(size=(1, 3, 8))
     params.b_v[5] = np.nan
     with pytest.raises(ValueError, match=r"params.b_v contains NaN or inf \(first at index \(5,\)"):
-        A.multi_head_attention(x, x, params)
+        BW.multi_head_attention(x, x, params)
     params = A.init_mha_params(8, 2, rng, dtype=np.float32)
     huge = np.full((1, 3, 8), 1e30, np.float32)
     with pytest.raises(ValueError, match=r"the queries x_q @ W_q overflow float32"):
-        A.multi_head_attention(huge, x.astype(np.float32), replace(params, W_q=params.W_q * 1e10))
+        BW.multi_head_attention(huge, x.astype(np.float32), replace(params, W_q=params.W_q * 1e10))
 
 
 def test_huge_queries_whose_scores_fit_are_not_an_error(rng):
@@ -156,8 +157,8 @@ def test_huge_queries_whose_scores_fit_are_not_an_error(rng):
     params = A.init_mha_params(8, 2, rng, dtype=np.float32)
     x = rng.normal(size=(1, 3, 8)).astype(np.float32)
     huge = np.full((1, 3, 8), 1e30, np.float32)
-    out, w = A.multi_head_attention(huge, x, params)
-    want_out, want_w = A.multi_head_attention_reshape(huge, x, params)
+    out, w = BW.multi_head_attention(huge, x, params)
+    want_out, want_w = A.multi_head_attention(huge, x, params)
     assert np.isfinite(out).all()
     w_tol, out_tol = mha_tolerances(np.float32, huge, x, params)
     assert_within(w, want_w, w_tol, "weights")
@@ -173,9 +174,9 @@ def test_overflow_in_the_values_or_output_is_reported(rng):
     with pytest.raises(
         ValueError, match=r"the values x_kv @ W_v overflow float32.*\|W_v\| = 1e\+38"
     ):
-        A.multi_head_attention(x, x, params)
+        BW.multi_head_attention(x, x, params)
     params = A.init_mha_params(8, 2, rng, dtype=np.float32)
     params.W_v[:] = np.abs(params.W_v)  # positive head outputs, so each output sums
     params.W_o[:] = 3e38  # 8 positive terms of about 3e38: finite heads, overflowing output
     with pytest.raises(ValueError, match=r"the output .* overflow float32.*\|W_o\| = 3e\+38"):
-        A.multi_head_attention(x, x, params)
+        BW.multi_head_attention(x, x, params)

@@ -267,7 +267,7 @@ def test_the_suites_small_attention_cases_catch_1000_ulps(dtype):
         }
         params = A.MHAParams(**W, n_heads=h)
         x = rng.normal(size=(2, n, d)).astype(dtype)
-        out, _ = A.multi_head_attention_reshape(x, x, params)
+        out, _ = A.multi_head_attention(x, x, params)
         _, out_tol = mha_tolerances(dtype, x, x, params)
         i = np.unravel_index(np.abs(out).argmax(), out.shape)
         caught += bool(1000 * ulps(dtype, out[i]) > out_tol[i])
@@ -283,22 +283,22 @@ def test_realistic_mistakes_are_caught_even_in_float32(dtype):
     params = A.init_mha_params(d, h, rng, bias=True, dtype=dtype)
     x = rng.normal(size=(2, n, d)).astype(dtype)
     mask = A.causal_mask(n)
-    want, want_w = A.multi_head_attention_reshape(x, x, params, mask)
+    want, want_w = A.multi_head_attention(x, x, params, mask)
     w_tol, out_tol = mha_tolerances(dtype, x, x, params, mask)
     assert_within(A.multi_head_attention(x, x, params, mask)[0], want, out_tol, "right")
 
     def bug(**change):
         p = dataclasses.replace(params, **change)
-        return A.multi_head_attention_reshape(x, x, p, mask)
+        return A.multi_head_attention(x, x, p, mask)
 
     mistakes = {
         "no b_o": bug(b_o=np.zeros(d, dtype))[0],
         "W_o transposed": bug(W_o=np.ascontiguousarray(params.W_o.T))[0],
         "scores scaled by 1/d_k": bug(W_q=params.W_q / np.sqrt(d / h).astype(dtype))[0],
-        "mask shows the next key": A.multi_head_attention_reshape(
+        "mask shows the next key": A.multi_head_attention(
             x, x, params, np.tri(n, n, 1, dtype=bool)
         )[0],
-        "no mask": A.multi_head_attention_reshape(x, x, params)[0],
+        "no mask": A.multi_head_attention(x, x, params)[0],
     }
     for name, out in mistakes.items():
         assert (np.abs(out - want) > out_tol).any(), name

@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from lib import attention as A
+from lib import blockwise as BW
 from lib import rounding as R
 from lib import torch_bridge as TB
 
@@ -101,7 +102,7 @@ def test_multi_head_attention_matches_torch(c):
     assert_within(out, t_out.detach().numpy(), out_tol, "output")
     assert_within(weights, t_weights.detach().numpy(), w_tol, "weights")
     # Without weights: lib normalises after P @ V; torch takes its SDPA route.
-    out_only, _ = A.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
+    out_only, _ = BW.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
     t_only, none = module(
         tq, tkv, tkv, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False
     )
@@ -179,7 +180,7 @@ def fully_masked():
 def test_fully_masked_row_lib_gives_zero_weights_and_the_output_bias(fully_masked):
     params, x, mask = fully_masked
     for need_weights in (True, False):
-        out, w = A.multi_head_attention(x, x, params, mask, need_weights=need_weights)
+        out, w = BW.multi_head_attention(x, x, params, mask, need_weights=need_weights)
         np.testing.assert_array_equal(out[0, 0], params.b_o)  # 0 @ W_o + b_o: exact
         assert np.isfinite(out).all()
         if need_weights:

@@ -1,8 +1,9 @@
 """Deleting any one call of lib's validation module makes the bad-input table fail.
 
-For every call of ``lib._validate`` (imported as ``V``, or ``V_`` in lib.lists) in the
-modules that use it, the function containing the call is recompiled from its source with
-that one call deleted and put in place of the original; the table of
+For every call of ``lib._validate`` (imported as ``V``, or ``V_`` in lib.lists), and of the
+checks that live beside their one caller (:data:`LOCAL_CHECKS`), in the modules that use
+them, the function containing the call is recompiled from its source with that one call
+deleted and put in place of the original; the table of
 tests/test_bad_inputs.py then runs, and at least one row must fail. A call "deleted" means:
 a check used as a statement (``V.finite(x, "x")``) or a ``raise V.overflow(...)`` becomes
 ``pass``; a predicate (``V.all_finite(out)``) answers True; a check whose value is used
@@ -37,6 +38,9 @@ ALIASES = {"V", "V_"}  # how the modules import lib._validate
 # error builders (their call sites are the `raise` statements around them).
 NOT_CHECKS = {"largest_row_norm", "divisors", "stage", "overflow", "list_overflow"}
 PREDICATES = {"all_finite", "scores_fit"}
+# Checks kept in the module that needs them (called by name, or as A.check_params, or as
+# self._new_tokens): deleted like the checks of lib._validate.
+LOCAL_CHECKS = {"check_params", "_head_mask", "_new_tokens"}
 
 
 def _rows_and_cols(A, name=None, booleans=False):
@@ -53,16 +57,15 @@ UNCHECKED = {
     "heads": lambda d_model, n_heads: d_model // n_heads,
     "list_matrix": _rows_and_cols,
     "list_shape": _rows_and_cols,
-    "param_fields": lambda weights, biases, n_heads: (weights, biases),
-    "head_mask": _head_mask,
+    "param_fields": lambda arrays, n_heads, n_kv_heads: (
+        arrays | {"n_heads": n_heads, "n_kv_heads": n_kv_heads}
+    ),
+    "_head_mask": _head_mask,
+    "_new_tokens": lambda x: (np.asarray(x)[None], True) if np.ndim(x) == 2 else (x, False),
     "leading_axes": lambda shapes: np.broadcast_shapes(*(s[:-2] for s in shapes.values())),
     "kv_heads": lambda n_heads, n_kv_heads: n_heads // n_kv_heads,
-    "gqa_param_fields": lambda weights, biases, n_heads, n_kv_heads: (weights, biases),
     "promoted": lambda x_q, x_kv, p: (x_q, x_kv, p),
     "integers": lambda values, name: np.asarray(values),
-    "decoder_input": lambda x, batch, d_model: (
-        (np.asarray(x)[None], True) if np.ndim(x) == 2 else (np.asarray(x), False)
-    ),
 }
 
 
@@ -80,13 +83,23 @@ class Site:
         return f"{self.module.removeprefix('lib.')}:{self.line} {self.check}"
 
 
+def _check_name(node) -> str | None:
+    """The name of the check a call makes (None: not a check): V.<name>, or a local check
+    called as <name>(...), A.<name>(...) or self.<name>(...)."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id if func.id in LOCAL_CHECKS else None
+    if not isinstance(func, ast.Attribute):
+        return None
+    if isinstance(func.value, ast.Name) and func.value.id in ALIASES:
+        return func.attr
+    return func.attr if func.attr in LOCAL_CHECKS else None
+
+
 def _is_v_call(node) -> bool:
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and isinstance(node.func.value, ast.Name)
-        and node.func.value.id in ALIASES
-    )
+    return _check_name(node) is not None
 
 
 def _functions(tree):
@@ -106,9 +119,9 @@ def find_sites() -> list[Site]:
         for owner, fn in _functions(tree):
             for node in ast.walk(fn):
                 if isinstance(node, ast.Raise) and _is_v_call(node.exc):
-                    check = "raise V." + node.exc.func.attr
-                elif _is_v_call(node) and node.func.attr not in NOT_CHECKS:
-                    check = "V." + node.func.attr
+                    check = "raise V." + _check_name(node.exc)
+                elif _is_v_call(node) and _check_name(node) not in NOT_CHECKS:
+                    check = "V." + _check_name(node)
                 else:
                     continue
                 sites.append(Site(name, owner, fn.name, node.lineno, node.col_offset, check))
@@ -142,7 +155,7 @@ class _Delete(ast.NodeTransformer):
         if not (_is_v_call(node) and self._hit(node)):
             return self.generic_visit(node)
         self.done += 1
-        name = node.func.attr
+        name = _check_name(node)
         if name in PREDICATES:
             return ast.copy_location(ast.Constant(True), node)
         if name in UNCHECKED:

@@ -291,7 +291,7 @@ def _finish(scores, v, mask, axis=-1):
     """Softmax (over ``axis``) of scores masked with -inf where mask is False, and w @ v."""
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
-    w = A._softmax_inplace(np.array(scores, dtype=float), axis)
+    w = A.softmax_inplace(np.array(scores, dtype=float), axis)
     return w @ v, w
 
 
@@ -304,7 +304,7 @@ def attention_mistakes(q, k, v, mask) -> list[tuple[object, str]]:
     found: list[tuple[object, str]] = []
     if mask is not None:
         m = np.asarray(mask)
-        w_after = A._softmax_inplace(scaled.copy()) * m
+        w_after = A.softmax_inplace(scaled.copy()) * m
         found += [
             (
                 lambda: _finish(scaled * m, v, None),

@@ -10,6 +10,9 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import attention as A
+from .. import heads as H
+from .. import tiny as T
+from ..backprop import softmax_backward
 from ._core import (
     CheckFailed,
     as_array,
@@ -26,8 +29,6 @@ def check_softmax_backward(
     softmax_backward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> None:
     """Exercise (notebook 05): dL/dscores from p = softmax(scores) (last axis) and dL/dp."""
-    from ..backprop import softmax_backward
-
     name = "softmax_backward"
     rng = np.random.default_rng(5)
     for shape in ((2, 3, 4, 5), (3, 6)):  # (batch, heads, n_q, n_k), then (n_q, n_k)
@@ -171,14 +172,12 @@ def _ce_mistakes(name, logits, targets, expected):
 
 def check_cross_entropy_grad(grad_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 05): dL/dlogits of the mean cross-entropy over scored answers."""
-    from ..tiny import cross_entropy
-
     name = "cross_entropy_grad"
     for logits, targets in _ce_cases():
         with np.errstate(all="ignore"):
             got = as_array(call(grad_fn, name, logits.copy(), targets.copy()), name)
         expect_shape(got, logits.shape, name, "a gradient shaped like the logits")
-        _, expected = cross_entropy(logits, targets)
+        _, expected = T.cross_entropy(logits, targets)
         if close(got, expected, 1e-9):
             continue
         diagnose(got, _ce_mistakes(name, logits, targets, expected), same=same_unstable(1e-9))
@@ -341,15 +340,12 @@ def check_adam_step(adam_step_fn: Callable) -> None:
 
 def _sweep_model(vocab: int, n: int, d_model: int, n_slots: int, n_heads: int, rng):
     """The model of a sweep run (module level, so that the grader can send it to a kernel)."""
-    from ..tiny import init_tiny_model
-
-    return init_tiny_model(vocab, n, d_model, n_heads, vocab, rng, n_slots=n_slots)
+    return T.init_tiny_model(vocab, n, d_model, n_heads, vocab, rng, n_slots=n_slots)
 
 
 def _sweep_batch(n_seqs: int, n: int, vocab: int, offsets: tuple[int, ...], rng):
-    from ..tiny import copy_offsets_task
 
-    return copy_offsets_task(n_seqs, n, vocab, offsets, rng)
+    return T.copy_offsets_task(n_seqs, n, vocab, offsets, rng)
 
 
 # (vocab, n, d_model, offsets, head_counts, seeds, budget, target, eval_every): small sweeps
@@ -364,10 +360,8 @@ _SWEEPS = (
 def _sweep_eval(config: int, corrupt: bool = False):
     """The held-out data of a check sweep; ``corrupt``: every scored target moved to another
     class, so a run measured on these sequences can get almost nothing right."""
-    from ..tiny import copy_offsets_task
-
     vocab, n, _, offsets = _SWEEPS[config][:4]
-    ids, targets = copy_offsets_task(48, n, vocab, offsets, np.random.default_rng(90 + config))
+    ids, targets = T.copy_offsets_task(48, n, vocab, offsets, np.random.default_rng(90 + config))
     if corrupt:
         targets = np.where(targets >= 0, (targets + 1) % vocab, targets)
     ids.flags.writeable = targets.flags.writeable = False
@@ -387,8 +381,6 @@ def _sweep_args(config: int, corrupt: bool = False):
 def _sweep(config: int, variant: str = "") -> dict:
     """The sweep of check config ``config`` as the protocol runs it (variant ""), or as one
     realistic variant or mistake runs it: {(h, seed): (accuracy, steps, entropy)}."""
-    from .. import heads as H
-    from ..tiny import train
 
     make_model, make_batch, eval_data, head_counts, seeds, budget, target, every = _sweep_args(
         config
@@ -405,7 +397,9 @@ def _sweep(config: int, variant: str = "") -> dict:
             train_rng = np.random.default_rng(seed) if variant == "two generators" else rng
             data = make_batch(train_rng) if variant == "training batch" else eval_data
             stop = None if variant == "no early stop" else target
-            log = train(model, make_batch, data, budget, train_rng, eval_every=every, stop_at=stop)
+            log = T.train(
+                model, make_batch, data, budget, train_rng, eval_every=every, stop_at=stop
+            )
             weights = model.forward(data[0])[1]
             if variant == "entropy in nats":
                 entropy = H.head_entropy(weights)

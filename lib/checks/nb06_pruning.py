@@ -11,12 +11,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import heads as H
+from .. import pruning, tiny
 from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed, same_value
 
 
 @functools.cache
 def _trained(n_heads: int, d_model: int, seed: int):
-    from .. import tiny
 
     rng = np.random.default_rng(seed)
     task = dict(seq_len=8, vocab_size=5, offsets=(1, 3))
@@ -41,8 +42,6 @@ def _small_trained_models():
 
 def check_ablation_drops(drops_fn: Callable) -> None:
     """Exercise (notebook 06): ``drops_fn(model, ids, targets) -> (heads,)`` accuracy drops."""
-    from .. import pruning, tiny
-
     name = "ablation_drops"
     for answer_model, model, ids, targets in _small_trained_models():
         got = as_array(call(drops_fn, name, answer_model, ids.copy(), targets.copy()), name)
@@ -100,8 +99,6 @@ def check_gradient_importance(importance_fn: Callable) -> None:
     Importance = mean over sequences of |dL/d mask_h| at an all-ones mask; any positive
     multiple of it (a sum instead of a mean) is accepted, since only the ranking is used.
     """
-    from .. import pruning
-
     name = "gradient_importance"
     for answer_model, model, ids, targets in _small_trained_models():
         got = as_array(call(importance_fn, name, answer_model, ids.copy(), targets.copy()), name)
@@ -147,8 +144,6 @@ def _ordinal(x):
 
 def check_spearman(spearman_fn: Callable) -> None:
     """Exercise (notebook 06): Spearman rank correlation of two 1-D arrays, ties averaged."""
-    from .. import pruning
-
     name = "spearman"
     cases = [
         (np.array([0.30, 0.02, 0.11, 0.0, 0.0, 0.25]), np.array([0.9, 0.1, 0.7, 0.2, 0.3, 0.4])),
@@ -239,8 +234,6 @@ def check_prune_heads(prune_fn: Callable) -> None:
     of tied heads), no step may take the selection accuracy more than ``max_drop`` below the
     unpruned model's, and pruning must stop only when the next removal would.
     """
-    from .. import pruning, tiny
-
     name = "prune_heads"
     for n_heads, d_model, seed, max_drop in _PRUNED:
         model, data = _trained(n_heads, d_model, seed)
@@ -318,8 +311,6 @@ def _why_stopped(name, model, data, mask, start, max_drop, first_order, accuracy
     """Pruning stopped although the least important head could go: raise the reason when it
     is a known one (the next head taken from the unpruned model's ranking, the drop measured
     from 1, or the most important head tried)."""
-    from .. import pruning
-
     alive = np.flatnonzero(mask)
     drops = pruning.ablation_drops(model, *data, mask)
 
@@ -394,8 +385,6 @@ def check_head_roles(roles_fn: Callable) -> None:
     """Exercise (notebook 06): the lookup each head does, (heads,) ints: for each head the
     offset ``o`` in ``offsets`` with the highest mean weight on key ``i - o`` (over the queries
     that have that key), if at least ``threshold``, else 0."""
-    from .. import heads as H
-
     name = "head_roles"
     for w, offsets, threshold in _roles_cases():
         got = as_array(call(roles_fn, name, w.copy(), tuple(offsets), threshold), name)

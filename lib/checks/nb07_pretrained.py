@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import attention as A
+from .. import head_types as HT
 from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed
 
 
@@ -27,8 +28,6 @@ def _weights_from_scores(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def check_target_score(score_fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]):
     """Exercise (notebook 07): mean weight on target keys over the chosen queries, per head."""
-    from .. import head_types as HT
-
     name = "target_score"
     for seed, lengths, n, heads in ((70, [6, 3, 5], 6, 3), (75, [4, 7, 2, 5], 7, 2)):
         scores, mask = _padded_scores(seed, (), lengths, n, heads)
@@ -146,8 +145,6 @@ def check_find_offset_head(find_fn: Callable[[np.ndarray, np.ndarray, int], tupl
     """Exercise (notebook 07): the (layer, head, score) of the head that puts the most weight
     on the token ``offset`` places away (key i + offset), scored over the queries that have
     such a key among the real tokens of their sentence."""
-    from .. import head_types as HT
-
     name = "find_offset_head"
     cases = (
         (71, {-1: (2, 1), 1: (0, 3), -2: (1, 2), 2: (2, 0)}, 3, 4, [7, 4, 6], (-1, 2)),
@@ -260,8 +257,6 @@ def _coreference_case(seed: int, layers: int, heads: int, lengths: Sequence[int]
 
 def check_coreference_accuracy(acc_fn: Callable[..., np.ndarray]) -> None:
     """Exercise (notebook 07): per head, how often the pronoun prefers its antecedent."""
-    from .. import head_types as HT
-
     name = "coreference_accuracy"
     cases = ((73, 2, 3, [8, 6, 8, 7, 5]), (74, 3, 2, [6, 9, 7, 5, 8, 6]))
     for seed, layers, heads, lengths in cases:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import attention as A
+from .. import torch_bridge as TB
 from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed
 
 
@@ -170,8 +171,6 @@ def torch_layers() -> list:
 def check_from_torch(from_torch_fn: Callable) -> None:
     """Exercise (notebook 08): an nn.MultiheadAttention's weights as our MHAParams (W_q, W_k,
     W_v, W_o of shape (d_in, d_out), biases when the layer has them, its head count)."""
-    from .. import torch_bridge as TB
-
     name = "from_torch"
     for module in torch_layers():
         d = module.embed_dim
@@ -305,8 +304,6 @@ def check_torch_attention(attention_fn: Callable) -> None:
     """Exercise (notebook 08): nn.MultiheadAttention run on our inputs and mask
     (batch, 1, n_q, n_k) so that it returns what A.multi_head_attention returns, also for
     queries with nothing to attend to (weights 0, output b_o or 0)."""
-    from .. import torch_bridge as TB
-
     name = "torch_attention"
     for params, x_q, x_kv, mask in attention_cases():
         module = TB.to_torch_mha(params)
