@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from . import rounding as R
+from .attention import causal_mask
+from .tiny import train
 
 
 def _check_weights(weights) -> np.ndarray:
@@ -178,9 +180,6 @@ def head_count_sweep(
     sequences, :func:`head_entropy_normalised`, shape (h,)) and ``"mean_weights"`` (each
     head's attention averaged over the held-out sequences, (h, n, n)).
     """
-    from .attention import causal_mask
-    from .tiny import train
-
     head_counts = _positive_ints(head_counts, "head_counts")
     seeds = _ints(seeds, "seeds")
     budget, eval_every = _positive_int(budget, "budget"), _positive_int(eval_every, "eval_every")

@@ -34,11 +34,13 @@ run; elsewhere ``make lab`` or the pip command.
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import invalidate_caches, metadata
 from pathlib import Path
@@ -101,8 +103,6 @@ def course_complete() -> bool:
     if not record:  # stopped while writing the .dist-info folder, or not pip's work:
         # setuptools' .egg-info in a clone (PKG-INFO, no record) is no half-done install
         return dist.read_text("PKG-INFO") is not None
-    import csv
-
     paths = [row[0] for row in csv.reader(record.splitlines()) if row]
     return all(Path(dist.locate_file(p)).exists() for p in paths if not p.endswith(".pyc"))
 
@@ -193,8 +193,6 @@ def set_up(needs=(), started: float | None = None) -> None:
             outside.append(f"{name} {version} (the course is tested with {specifier})")
 
     if missing:
-        import tempfile
-
         pins = [f"{name}=={version}" for name, version in before.items() if _valid(version)]
         with tempfile.TemporaryDirectory() as folder:
             constraints = Path(folder) / "installed.txt"
