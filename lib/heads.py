@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from . import _validate as V
 from . import rounding as R
 from .attention import causal_mask
 from .tiny import train
@@ -182,7 +183,7 @@ def head_count_sweep(
     """
     head_counts = _positive_ints(head_counts, "head_counts")
     seeds = _ints(seeds, "seeds")
-    budget, eval_every = _positive_int(budget, "budget"), _positive_int(eval_every, "eval_every")
+    budget, eval_every = V.count(budget, "budget"), V.count(eval_every, "eval_every")
     if not 0 < target <= 1:
         raise ValueError(f"target must be an accuracy in (0, 1], got {target}")
     eval_ids = np.asarray(eval_data[0])
@@ -215,12 +216,6 @@ def _ints(values, name: str) -> list[int]:
     ):
         raise ValueError(f"{name} must be a non-empty list of integers, got {values}")
     return [int(v) for v in values]
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 def _positive_ints(values, name: str) -> list[int]:

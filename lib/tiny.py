@@ -1,24 +1,21 @@
-"""A tiny trainable attention model in NumPy, its tasks and its optimiser (notebooks 05, 06).
+"""A tiny trainable attention model in NumPy, its tasks and its optimiser (notebooks 05, 06, 09).
 
-The model: token embedding + position embedding -> one causal multi-head attention layer
--> a linear readout to class scores, at every position::
+Embeddings -> one causal multi-head attention layer -> a linear readout, at every position::
 
     x = tok_emb[ids] + pos_emb[:n]          # (batch, n, d)
     a = MHA(x, x, causal mask, head_mask)   # (batch, n, d)
     logits = a @ W_out + b_out              # (batch, n, classes)
 
-That is the default, learned, position scheme. Notebook 09 compares it with the others of
-:mod:`lib.positions` (``positions=`` in :func:`init_tiny_model`): ``"none"`` (x is the token
-embedding alone), ``"sinusoidal"`` (a fixed table instead of ``pos_emb``), ``"rope"`` (no
-table; the attention layer turns its queries and keys) and ``"alibi"`` (no table; each head
-adds its distance penalty to the scores). Only ``"learned"`` has a ``pos_emb`` parameter and a
-longest sequence, ``max_len``; the others take any length.
-
 No residual connection, no MLP, no LayerNorm: whatever the readout knows, the attention
-layer had to bring to that position. Parameters live in a plain dict of arrays so that
-the optimiser and the gradient check can walk over them by name.
+layer had to bring to that position. The parameters are a plain dict of arrays, so that the
+optimiser and the gradient check walk over them by name.
 
-Tasks give (ids, targets) with targets = -1 where a position has nothing to predict;
+Word order enters as ``positions=`` says (notebook 09, :mod:`lib.positions`): ``"learned"``
+(``pos_emb`` above, the default, the only one with a longest sequence ``max_len``),
+``"sinusoidal"`` (a fixed table instead), ``"rope"`` (the layer turns queries and keys),
+``"alibi"`` (a distance penalty on the scores) or ``"none"`` (the tokens alone).
+
+Tasks give (ids, targets), targets -1 (:data:`IGNORE`) where nothing is to be predicted:
 those positions count neither in the loss nor in the accuracy.
 """
 
@@ -61,11 +58,7 @@ def repeating_pattern_task(
 
 
 def copy_offsets_task(
-    n_seqs: int,
-    seq_len: int,
-    vocab_size: int,
-    offsets: tuple[int, ...],
-    rng: np.random.Generator,
+    n_seqs: int, seq_len: int, vocab_size: int, offsets: tuple[int, ...], rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """Random tokens; at position i, answer every x[i - o] for o in ``offsets``.
 
@@ -75,11 +68,8 @@ def copy_offsets_task(
     """
     _check_task_args(n_seqs, seq_len, vocab_size)
     offsets = tuple(int(o) for o in offsets)
-    if (
-        not offsets
-        or len(set(offsets)) != len(offsets)
-        or not all(1 <= o < seq_len for o in offsets)
-    ):
+    in_range = all(1 <= o < seq_len for o in offsets)
+    if not offsets or not in_range or len(set(offsets)) != len(offsets):
         raise ValueError(
             f"offsets must be different numbers in 1..seq_len-1 = 1..{seq_len - 1}, got {offsets}"
         )
@@ -96,11 +86,9 @@ def last_marked_task(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Random tokens; at position i, answer the most recent *marked* token at or before i.
 
-    The marked tokens are the last ``n_marked`` of the vocabulary (ids vocab_size - n_marked
-    and up). Where i itself holds one, the answer is x[i]; positions before the first marked
-    token have no answer and get -1. The token to copy is found by what it is (marked) and
-    by recency (the nearest), never by a fixed offset: notebook 09's second task.
-    Returns ids and targets, both (n_seqs, seq_len), int64.
+    The marked tokens are the last ``n_marked`` ids of the vocabulary; positions before the
+    first one get -1. The answer is found by what it is and by recency, never by a fixed
+    offset: notebook 09's second task. Returns ids and targets, both (n_seqs, seq_len), int64.
     """
     _check_task_args(n_seqs, seq_len, vocab_size)
     n_marked = V.count(n_marked, "n_marked")
@@ -126,14 +114,12 @@ def _check_task_args(n_seqs: int, seq_len: int, vocab_size: int) -> None:
 
 @dataclass
 class TinyModel:
-    """Embeddings -> causal multi-head attention -> linear readout.
+    """Embeddings -> causal multi-head attention -> linear readout (see the module's docstring).
 
-    params: tok_emb (vocab, d), pos_emb (max_len, d) (with learned positions only),
-    W_q W_k W_v W_o (d, d), b_q b_k b_v b_o (d,), W_out (d, slots * classes),
-    b_out (slots * classes,).
-    The readout gives ``n_slots`` independent answers per position (one for most tasks),
-    each a choice among ``n_classes``: logits have shape (batch, n, slots, classes).
-    ``positions``: one of :data:`lib.positions.SCHEMES` (see the module's docstring).
+    params: tok_emb (vocab, d), pos_emb (max_len, d) (learned positions only), W_q W_k W_v W_o
+    (d, d), b_q b_k b_v b_o (d,), W_out (d, slots * classes), b_out (slots * classes,). The
+    readout gives ``n_slots`` answers per position (one for most tasks), each a choice among
+    the classes: logits have shape (batch, n, slots, classes).
     """
 
     params: dict[str, np.ndarray]
@@ -151,84 +137,50 @@ class TinyModel:
 
     @property
     def max_len(self) -> int | None:
-        """The longest sequence: pos_emb's rows with learned positions; None (any length)
-        with the other schemes."""
+        """The longest sequence: pos_emb's rows; None (any length) without learned positions."""
         return self.params["pos_emb"].shape[0] if self.positions == "learned" else None
 
-    @property
-    def n_classes(self) -> int:
-        return self.params["W_out"].shape[1] // self.n_slots
-
     def mha_params(self) -> MHAParams:
-        """The attention layer's weights, as MHAParams holding the arrays of ``params`` (the
-        same objects, so an optimiser's in-place updates show); built again, and checked,
-        whenever ``params`` holds other arrays or ``n_heads`` changed."""
+        """The attention layer's weights: the arrays of ``params`` themselves."""
         p = self.params
-        built = self.__dict__.get("_mha_params")
-        if (
-            built is None
-            or built.n_heads != self.n_heads
-            or any(getattr(built, name) is not p[name] for name in V.PARAM_NAMES)
-        ):
-            built = MHAParams(
-                p["W_q"], p["W_k"], p["W_v"], p["W_o"], self.n_heads,
-                p["b_q"], p["b_k"], p["b_v"], p["b_o"],
-            )  # fmt: skip
-            self.__dict__["_mha_params"] = built
-        return built
+        return MHAParams(
+            p["W_q"], p["W_k"], p["W_v"], p["W_o"], self.n_heads,
+            p["b_q"], p["b_k"], p["b_v"], p["b_o"],
+        )  # fmt: skip
 
     def forward(self, ids: np.ndarray, head_mask: np.ndarray | None = None):
         """Logits (batch, n, slots, classes), weights (batch, heads, n, n) and a cache."""
         scheme = V.one_of(self.positions, "positions", POS.SCHEMES)
         ids = self._check_ids(ids)
         batch, n = ids.shape
-        # the other weights are checked by mha_forward
-        tables = ("tok_emb", "pos_emb", "W_out", "b_out") if scheme == "learned" else (
-            "tok_emb", "W_out", "b_out")  # fmt: skip
-        V.finite_all({name: self.params[name] for name in tables})
+        p, dtype = self.params, self.params["tok_emb"].dtype
+        # the attention weights are checked by mha_forward
+        V.finite_all({k: p[k] for k in ("tok_emb", "pos_emb", "W_out", "b_out") if k in p})
+        x = p["tok_emb"][ids]  # (batch, n, d): the tokens alone, for none, rope and alibi
+        rope = alibi = None
         if scheme == "learned":
-            x = self.params["tok_emb"][ids] + self.params["pos_emb"][:n]  # (batch, n, d)
+            x = x + p["pos_emb"][:n]
         elif scheme == "sinusoidal":
-            x = self.params["tok_emb"][ids] + self._fixed("sinusoidal", n)  # (batch, n, d)
-        else:  # none, rope, alibi: the tokens alone
-            x = self.params["tok_emb"][ids]  # (batch, n, d)
+            x = x + POS.sinusoidal_table(n, self.d_model, dtype=dtype)
+        elif scheme == "rope":
+            rope = POS.RoPE()
+        elif scheme == "alibi":
+            alibi = POS.alibi_bias(n, n, POS.alibi_slopes(self.n_heads).astype(dtype))
         a, weights, mha_cache = mha_forward(
-            x, x, self.mha_params(), causal_mask(n), head_mask,
-            rope=self._fixed("rope", n) if scheme == "rope" else None,
-            score_bias=self._fixed("alibi", n) if scheme == "alibi" else None,
-        )  # fmt: skip
+            x, x, self.mha_params(), causal_mask(n), head_mask, rope=rope, score_bias=alibi
+        )
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
-            logits = a @ self.params["W_out"] + self.params["b_out"]  # (batch, n, slots*classes)
+            logits = a @ p["W_out"] + p["b_out"]  # (batch, n, slots * classes)
         if not V.all_finite(logits):
-            raise V.overflow("the logits a @ W_out + b_out", logits.dtype, {
-                "a": a, "W_out": self.params["W_out"], "b_out": self.params["b_out"]
-            })  # fmt: skip
-        logits = logits.reshape(batch, n, self.n_slots, self.n_classes)
+            parts = {"a": a, "W_out": p["W_out"], "b_out": p["b_out"]}
+            raise V.overflow("the logits a @ W_out + b_out", logits.dtype, parts)
+        logits = logits.reshape(batch, n, self.n_slots, -1)
         return logits, weights, (ids, a, mha_cache)
-
-    def _fixed(self, scheme: str, n: int):
-        """What a fixed position scheme adds for sequences of length n (kept for reuse):
-        the sinusoidal table (n, d), the RoPE settings, or ALiBi's bias (heads, n, n)."""
-        key = (scheme, n, self.n_heads, self.d_model, self.params["tok_emb"].dtype)
-        kept = self.__dict__.setdefault("_position_tables", {})
-        if key not in kept:
-            dtype = self.params["tok_emb"].dtype
-            if scheme == "sinusoidal":
-                kept[key] = POS.sinusoidal_table(n, self.d_model, dtype=dtype)
-            elif scheme == "rope":
-                kept[key] = POS.RoPE()
-            else:
-                slopes = POS.alibi_slopes(self.n_heads).astype(dtype)
-                kept[key] = POS.alibi_bias(n, n, slopes)
-        return kept[key]
 
     def backward(self, d_logits: np.ndarray, cache) -> dict[str, np.ndarray]:
         """Gradients of every parameter (and of the head mask) from dL/dlogits."""
         d_logits = V.real_array(d_logits, "d_logits")
         V.finite(d_logits, "d_logits")
-        return self._backward(d_logits, cache)
-
-    def _backward(self, d_logits: np.ndarray, cache) -> dict[str, np.ndarray]:
         ids, a, mha_cache = cache
         p = self.params
         d_logits = d_logits.reshape(*ids.shape, -1)  # (batch, n, slots * classes)
@@ -251,12 +203,10 @@ class TinyModel:
 
     def loss_and_grads(self, ids, targets, head_mask=None):
         """Mean cross-entropy over scored answers, and the gradients of everything.
-
-        targets: (batch, n, slots), or (batch, n) when the model has one slot.
-        """
-        logits, _, cache = self.forward(ids, head_mask)  # finite: forward checked them
-        loss, d_logits = _cross_entropy(logits, self._slotted(targets))
-        return loss, self._backward(d_logits, cache)
+        targets: (batch, n, slots), or (batch, n) when the model has one slot."""
+        logits, _, cache = self.forward(ids, head_mask)
+        loss, d_logits = cross_entropy(logits, self._slotted(targets))
+        return loss, self.backward(d_logits, cache)
 
     def predict(self, ids, head_mask=None) -> np.ndarray:
         """The most likely class of every answer, (batch, n, slots)."""
@@ -301,9 +251,8 @@ def init_tiny_model(
 ) -> TinyModel:
     """Embeddings N(0, 1); square weights Glorot-uniform; readout N(0, 1/d); biases 0.
 
-    ``positions`` is the position scheme (:data:`lib.positions.SCHEMES`; see the module's
-    docstring). ``max_len`` is the length of the learned table ``pos_emb``. The table is
-    drawn whatever the scheme (and kept only for ``"learned"``), so that with the same rng
+    ``max_len`` is the length of the learned table ``pos_emb``. The table is drawn whatever
+    the scheme ``positions`` (and kept only for ``"learned"``), so that with the same rng
     every scheme starts from the same token embeddings and weights.
     """
     d_k = V.heads(d_model, n_heads)
@@ -330,7 +279,7 @@ def init_tiny_model(
     return TinyModel({k: v.astype(dtype) for k, v in p.items()}, n_heads, n_slots, positions)
 
 
-# --------------------------------------------------------------------------- loss
+# --------------------------------------------------------------------------- training
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
@@ -340,10 +289,6 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
     """
     logits = V.real_array(logits, "logits")
     V.finite(logits, "logits")
-    return _cross_entropy(logits, targets)
-
-
-def _cross_entropy(logits: np.ndarray, targets) -> tuple[float, np.ndarray]:
     targets = np.asarray(targets)
     if targets.shape != logits.shape[:-1]:
         raise ValueError(
@@ -362,22 +307,13 @@ def _cross_entropy(logits: np.ndarray, targets) -> tuple[float, np.ndarray]:
     safe_targets = np.where(scored, targets, 0)
     picked = np.take_along_axis(log_probs, safe_targets[..., None], axis=-1)[..., 0]
     loss = -float(picked[scored].sum()) / count
-    d_logits = np.exp(log_probs)
-    np.put_along_axis(
-        d_logits,
-        safe_targets[..., None],
-        np.take_along_axis(d_logits, safe_targets[..., None], -1) - 1,
-        -1,
-    )
-    d_logits *= scored[..., None] / count
+    d_logits = np.exp(log_probs) - np.eye(n_classes, dtype=logits.dtype)[safe_targets]
+    d_logits *= scored[..., None] / count  # 0 where not scored
     return loss, d_logits
 
 
 def accuracy(model: TinyModel, ids, targets, head_mask=None) -> float:
-    """Fraction of scored positions whose answers (every slot) are all right.
-
-    A position is scored when its targets are not -1.
-    """
+    """Fraction of the scored positions (targets not -1) whose answers, every slot, are right."""
     targets = model._slotted(targets)
     scored = (targets != IGNORE).all(axis=-1)  # (batch, n)
     if not scored.any():
@@ -386,16 +322,11 @@ def accuracy(model: TinyModel, ids, targets, head_mask=None) -> float:
     return float(right[scored].mean())
 
 
-# --------------------------------------------------------------------------- Adam
-
-
 @dataclass
 class Adam:
-    """Adam (Kingma & Ba, 2015), updating a dict of arrays in place.
-
-    m and v are running averages of the gradient and of its square; dividing by
-    (1 - beta**t) removes their bias towards 0 in the first steps.
-    """
+    """Adam (Kingma & Ba, 2015), updating a dict of arrays in place: m and v are running
+    means of the gradient and of its square; dividing by (1 - beta**t) removes their bias
+    towards 0 in the first steps."""
 
     lr: float = 1e-2
     beta1: float = 0.9
@@ -411,20 +342,12 @@ class Adam:
             g = grads[name]
             if g.shape != value.shape:
                 raise ValueError(f"gradient of {name} has shape {g.shape}, parameter {value.shape}")
-            if name not in self.m:
-                self.m[name] = np.zeros_like(value)
-                self.v[name] = np.zeros_like(value)
-            m, v = self.m[name], self.v[name]
-            m *= self.beta1
-            m += (1 - self.beta1) * g
-            v *= self.beta2
-            v += (1 - self.beta2) * g * g
+            m = self.beta1 * self.m.get(name, 0.0) + (1 - self.beta1) * g
+            v = self.beta2 * self.v.get(name, 0.0) + (1 - self.beta2) * g * g
+            self.m[name], self.v[name] = m, v
             m_hat = m / (1 - self.beta1**self.t)
             v_hat = v / (1 - self.beta2**self.t)
             value -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
-
-
-# --------------------------------------------------------------------------- training
 
 
 @dataclass
@@ -451,11 +374,9 @@ def train(
     eval_every: int = 50,
     stop_at: float | None = None,
 ) -> TrainLog:
-    """Train with Adam on fresh batches ``make_batch(rng)``; log held-out accuracy.
-
-    Evaluates on ``eval_data`` every ``eval_every`` steps (and after the last step).
-    With ``stop_at``, stops early once the held-out accuracy reaches it.
-    """
+    """Train with Adam on fresh batches ``make_batch(rng)``; log the accuracy on
+    ``eval_data`` every ``eval_every`` steps and after the last. With ``stop_at``, stop once
+    that accuracy reaches it."""
     optimiser = Adam(lr=lr)
     log = TrainLog()
     for step in range(1, n_steps + 1):
@@ -469,9 +390,6 @@ def train(
             if stop_at is not None and log.accuracy[-1] >= stop_at:
                 break
     return log
-
-
-# --------------------------------------------------------------------------- positions, measured
 
 
 def position_experiment(
@@ -493,21 +411,15 @@ def position_experiment(
     eval_seed: int = 1000,
 ) -> list[dict]:
     """Notebook 09's experiment: train the tiny model with each position scheme and seed,
-    the same budget for all, then measure its accuracy at the training length and at
-    longer lengths.
+    the same budget for all, then measure its accuracy at the training length and beyond.
 
-    ``task(n_seqs, seq_len, rng) -> (ids, targets)`` makes data. For each scheme and seed:
-    ``rng = np.random.default_rng(seed)`` draws the model (``max_len = max(test_lens)``, so
-    with learned positions the rows past ``train_len`` exist but are never trained; with
-    the same seed every scheme starts from the same token embeddings and weights) and its
-    ``n_steps`` fresh batches of ``batch`` sequences of length ``train_len``, trained with
-    Adam at ``lr``. Then, on held-out sets of ``n_eval`` sequences of each test length
-    (made once, from ``eval_seed + length``, the same for every model): the accuracy over
-    the scored positions, at ``train_len``; at a longer length, over the positions
-    ``train_len`` and later only, which no model saw in training.
-
-    Returns one record per (scheme, seed, length): ``{"scheme", "seed", "length",
-    "accuracy"}``, in that order of loops.
+    ``task(n_seqs, seq_len, rng) -> (ids, targets)`` makes data. ``rng =
+    np.random.default_rng(seed)`` draws the model (``max_len = max(test_lens)``: learned rows
+    past ``train_len`` exist but are never trained) and its ``n_steps`` batches of length
+    ``train_len``. The held-out sets, ``n_eval`` sequences per test length from ``eval_seed +
+    length``, are the same for every model; beyond ``train_len`` only the positions no model
+    was trained on are scored. Returns one record ``{"scheme", "seed", "length",
+    "accuracy"}`` per (scheme, seed, length), in that order of loops.
     """
     V.count(n_steps, "n_steps")
     train_len = V.count(train_len, "train_len", low=2)
