@@ -19,13 +19,16 @@ users):
   overflow the dtype (the projections, the scores, the output), with the arrays involved
   and where their largest entries are;
 - masks are boolean, True = may attend, and broadcast to the scores without growing them;
-- ``MHAParams`` holds square (d_model, d_model) weights and either all four biases or none.
+- ``MHAParams`` holds (d_model, d_model) W_q and W_o, W_k and W_v with n_kv_heads heads,
+  and either all four biases or none.
+
+A check that only one function needs lives beside that function (``lib.attention``'s
+``_mha_inputs``, ``lib.positions``' ``_base``, ``lib.lists``' ``_list_matrix``...).
 
 Every entry point checks its inputs and parameters for NaN and inf before computing (one
-pass over each, the cheapest there is), then checks its result once: a NaN or inf there can
-only be an overflow, which :func:`mha_nonfinite` explains. The
-scores are checked only when the norms of the queries and keys say they could overflow
-(:func:`scores_fit`), so the fast path pays no pass over them.
+pass over each), then checks its result once: a NaN or inf there can only be an overflow,
+which :func:`mha_nonfinite` explains. The scores are checked only when the norms of the
+queries and keys say they could overflow (:func:`scores_fit`).
 """
 
 from __future__ import annotations
@@ -54,35 +57,10 @@ def count(value, name: str, low: int = 1) -> int:
     return int(value)
 
 
-def integer(value, name: str) -> int:
-    """A whole number of any sign: an ``int`` or NumPy integer, not a bool or a float."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    return int(value)
-
-
 def even(value: int, name: str, why: str) -> None:
     """An even count; ``why`` says what needs it (e.g. 'sin and cos come in pairs')."""
     if value % 2:
         raise ValueError(f"{name} must be even ({why}), got {value}")
-
-
-def base(value, name: str = "base") -> float:
-    """The base of the frequencies ``base^(-2i / d)`` of sinusoidal positions and RoPE: a finite
-    real number > 1 (not a bool), as a Python float.
-
-    Above 1 the frequencies fall from 1 radian per position towards 1 / base, and p times each
-    is finite for every integer position p. At 1 every pair would turn at the same speed (one
-    frequency repeated); below 1 faster than a radian per position, and without bound as the
-    base nears 0 (a subnormal base gives infinite frequencies, and NaN)."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number > 1, got {value!r} ({type(value).__name__})")
-    if not (math.isfinite(value) and value > 1):
-        raise ValueError(
-            f"{name} must be a finite number > 1, got {value!r}: the frequencies "
-            f"{name}^(-2i / d) fall from 1 radian per position towards 1 / {name}"
-        )
-    return float(value)
 
 
 def one_of(value, name: str, options: tuple[str, ...]) -> str:
@@ -170,7 +148,7 @@ def finite(x: np.ndarray, name: str) -> None:
     """No NaN and no +-inf in ``x``; the message gives the index of the first one."""
     if not all_finite(x):
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
-        raise ValueError(_nonfinite(name, where, x.shape))
+        raise ValueError(nonfinite_message(name, where, x.shape))
 
 
 def finite_all(arrays: dict[str, np.ndarray]) -> None:
@@ -192,16 +170,8 @@ def _finite_together(arrays: list[np.ndarray]) -> bool:
 _ONE_PASS = 1 << 16  # numbers: below this, copying them into one array is the cheaper way
 
 
-def _nonfinite(name: str, where: tuple, shape: tuple) -> str:
+def nonfinite_message(name: str, where: tuple, shape: tuple) -> str:
     return f"{name} contains NaN or inf (first at index {where}, shape {tuple(shape)})"
-
-
-def no_nan_or_posinf(x: np.ndarray, name: str) -> None:
-    """For scores, where -inf means "masked": NaN and +inf are refused."""
-    bad = np.isnan(x) | np.isposinf(x)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"{name} contains NaN or +inf (first at index {where}, shape {x.shape})")
 
 
 def overflow(what: str, dtype, operands: dict[str, np.ndarray]) -> ValueError:
@@ -265,7 +235,7 @@ _CONVERT = {
 }
 
 
-def _not_boolean(got: str, kind: str) -> ValueError:
+def not_boolean(got: str, kind: str) -> ValueError:
     return ValueError(f"mask must be boolean, True = may attend, got {got}. {_CONVERT[kind]}.")
 
 
@@ -273,7 +243,7 @@ def bool_mask(mask) -> np.ndarray:
     """``mask`` as a boolean array; any other dtype is refused, saying how to convert."""
     mask = np.asarray(mask)
     if mask.dtype != bool:
-        raise _not_boolean(f"dtype {mask.dtype}", "array")
+        raise not_boolean(f"dtype {mask.dtype}", "array")
     return mask
 
 
@@ -292,16 +262,6 @@ def mask(mask, scores_shape: tuple[int, ...], axes: str = "(..., n_q, n_k)") -> 
     return mask
 
 
-def list_mask(mask, n_q: int, n_k: int) -> None:
-    """A list mask: (n_q, n_k) lists of True/False (the list version does not broadcast)."""
-    rows, cols = list_matrix(mask, "mask", booleans=True)
-    if rows != n_q or (rows and cols != n_k):  # [] is a mask of 0 rows, whatever n_k is
-        raise ValueError(
-            f"mask of shape {(rows, cols)} does not match the attention scores' shape "
-            f"{(n_q, n_k)} (n_q, n_k)"
-        )
-
-
 # --------------------------------------------------------------------------- positions
 
 
@@ -318,118 +278,7 @@ def integers(values, name: str) -> np.ndarray:
     return values
 
 
-def positions(p, n: int, name: str = "positions") -> np.ndarray:
-    """Positions of ``n`` tokens: a 1-D array (or list) of ``n`` integers, any sign."""
-    p = integers(p, name)
-    if p.shape[0] != n:
-        raise ValueError(f"{name} has {p.shape[0]} entries but there are {n} tokens (axis -2)")
-    return p
-
-
-def score_bias(bias, scores_shape: tuple[int, ...]) -> np.ndarray:
-    """A real, finite array added to the scores: it broadcasts to their shape
-    (batch, heads, n_q, n_k) without growing it, and gets four axes."""
-    bias = real_array(bias, "score_bias")
-    try:
-        grown = np.broadcast_shapes(bias.shape, scores_shape)
-    except ValueError:
-        grown = None
-    if grown != tuple(scores_shape):
-        raise ValueError(
-            f"score_bias of shape {bias.shape} cannot broadcast to the attention scores' shape "
-            f"{tuple(scores_shape)} (batch, heads, n_q, n_k)"
-        )
-    finite(bias, "score_bias")
-    return bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
-
-
-# --------------------------------------------------------------------------- lists
-
-
-def list_matrix(A, name: str, booleans: bool = False) -> tuple[int, int]:
-    """(rows, cols) of a list-of-lists matrix of finite real numbers (or of True/False, with
-    ``booleans``). ``[]`` is a matrix with no rows; its number of columns is 0."""
-    rows, cols = list_shape(A, name)
-    for i, row in enumerate(A):
-        for j, value in enumerate(row):
-            is_bool = isinstance(value, bool | np.bool_)
-            if booleans and not is_bool:
-                raise _not_boolean(f"{value!r} ({type(value).__name__}) at index {(i, j)}", "list")
-            if not booleans and (is_bool or not isinstance(value, numbers.Real)):
-                raise ValueError(
-                    f"{name} must hold real numbers, got {value!r} ({type(value).__name__}) "
-                    f"at index {(i, j)}"
-                )
-            if not booleans and not math.isfinite(value):
-                raise ValueError(_nonfinite(name, (i, j), (rows, cols)))
-    return rows, cols
-
-
-def list_shape(A, name: str) -> tuple[int, int]:
-    """(rows, cols) of a list of equally long lists, entries unchecked (see list_matrix)."""
-    if isinstance(A, np.ndarray):
-        raise ValueError(
-            f"{name} must be a list of rows (lists), got a NumPy array: pass {name}.tolist()"
-        )
-    if not isinstance(A, list) or not all(isinstance(row, list) for row in A):
-        raise ValueError(f"{name} must be a list of rows (lists), got {type(A).__name__}")
-    cols = len(A[0]) if A else 0
-    for i, row in enumerate(A):
-        if len(row) != cols:
-            raise ValueError(
-                f"{name} is ragged: row 0 has {cols} entries but row {i} has {len(row)}"
-            )
-    return len(A), cols
-
-
-def list_row(row, name: str) -> None:
-    """A list of real numbers for a softmax: -inf (masked) allowed, NaN and +inf not."""
-    if not isinstance(row, list):
-        raise ValueError(f"{name} must be a list of numbers, got {type(row).__name__}")
-    for j, value in enumerate(row):
-        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-            raise ValueError(
-                f"{name} must hold real numbers, got {value!r} ({type(value).__name__}) "
-                f"at index {(j,)}"
-            )
-        if math.isnan(value) or value == math.inf:
-            raise ValueError(
-                f"{name} contains NaN or +inf (first at index {(j,)}, shape {(len(row),)})"
-            )
-
-
-def list_overflow(what: str, operands: dict[str, list]) -> ValueError:
-    """:func:`overflow` for list matrices (Python floats are float64)."""
-    return overflow(what, np.float64, {n: np.array(m, dtype=float) for n, m in operands.items()})
-
-
 # --------------------------------------------------------------------------- multi-head
-
-
-def mha_inputs(x_q, x_kv, d_model: int, unbatched: bool = True):
-    """x_q, x_kv as real arrays of shape (batch, n, d_model), and whether they came unbatched.
-
-    Self-attention (``x_q is x_kv``) converts once and returns one array for both.
-    """
-    same = x_kv is x_q
-    x_q = real_array(x_q, "x_q")
-    x_kv = x_q if same else real_array(x_kv, "x_kv")
-    layouts = (
-        "both (batch, n, d_model) or both (n, d_model)" if unbatched else "(batch, n, d_model)"
-    )
-    if x_q.ndim not in ((2, 3) if unbatched else (3,)) or x_kv.ndim != x_q.ndim:
-        raise ValueError(
-            f"x_q and x_kv must be {layouts}, got x_q {x_q.shape} and x_kv {x_kv.shape}"
-        )
-    was_unbatched = x_q.ndim == 2
-    if was_unbatched:
-        x_q = x_q[None]
-        x_kv = x_q if same else x_kv[None]
-    width(x_q.shape, "x_q", d_model)
-    width(x_kv.shape, "x_kv", d_model)
-    if x_q.shape[0] != x_kv.shape[0]:
-        raise ValueError(f"x_q and x_kv have different batch sizes: {x_q.shape} and {x_kv.shape}")
-    return x_q, x_kv, was_unbatched
 
 
 def width(shape: tuple, name: str, d_model: int) -> None:

@@ -38,8 +38,16 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     all zeros instead of NaN. NaN or ``+inf`` in the input raise ``ValueError``.
     """
     x = V.real_array(x, "softmax input")
-    V.no_nan_or_posinf(x, "softmax input")
+    _no_nan_or_posinf(x, "softmax input")
     return softmax_inplace(x.copy(), axis)
+
+
+def _no_nan_or_posinf(x: np.ndarray, name: str) -> None:
+    """For scores, where -inf means "masked": NaN and +inf are refused."""
+    bad = np.isnan(x) | np.isposinf(x)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name} contains NaN or +inf (first at index {where}, shape {x.shape})")
 
 
 def softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -307,7 +315,7 @@ def prepare_mha(x_q, x_kv, params: MHAParams, mask, *, causal=False, batched_onl
     unbatched. Inputs and params come back in their common dtype (NumPy's promotion), so
     that every step is computed in the result's dtype."""
     check_params(params)
-    x_q, x_kv, unbatched = V.mha_inputs(x_q, x_kv, params.d_model, not batched_only)
+    x_q, x_kv, unbatched = _mha_inputs(x_q, x_kv, params.d_model, not batched_only)
     V.finite_all({"x_q": x_q} if x_kv is x_q else {"x_q": x_q, "x_kv": x_kv})
     batch, n_q, n_k = x_q.shape[0], x_q.shape[1], x_kv.shape[1]
     if mask is not None:
@@ -318,6 +326,32 @@ def prepare_mha(x_q, x_kv, params: MHAParams, mask, *, causal=False, batched_onl
         mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     x_q, x_kv, params = V.promoted(x_q, x_kv, params)
     return x_q, x_kv, params, mask, unbatched
+
+
+def _mha_inputs(x_q, x_kv, d_model: int, unbatched: bool = True):
+    """x_q, x_kv as real arrays of shape (batch, n, d_model), and whether they came unbatched.
+
+    Self-attention (``x_q is x_kv``) converts once and returns one array for both.
+    """
+    same = x_kv is x_q
+    x_q = V.real_array(x_q, "x_q")
+    x_kv = x_q if same else V.real_array(x_kv, "x_kv")
+    layouts = (
+        "both (batch, n, d_model) or both (n, d_model)" if unbatched else "(batch, n, d_model)"
+    )
+    if x_q.ndim not in ((2, 3) if unbatched else (3,)) or x_kv.ndim != x_q.ndim:
+        raise ValueError(
+            f"x_q and x_kv must be {layouts}, got x_q {x_q.shape} and x_kv {x_kv.shape}"
+        )
+    was_unbatched = x_q.ndim == 2
+    if was_unbatched:
+        x_q = x_q[None]
+        x_kv = x_q if same else x_kv[None]
+    V.width(x_q.shape, "x_q", d_model)
+    V.width(x_kv.shape, "x_kv", d_model)
+    if x_q.shape[0] != x_kv.shape[0]:
+        raise ValueError(f"x_q and x_kv have different batch sizes: {x_q.shape} and {x_kv.shape}")
+    return x_q, x_kv, was_unbatched
 
 
 def multi_head_attention(

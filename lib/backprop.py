@@ -81,6 +81,26 @@ def _last_axis_sum(x: np.ndarray) -> np.ndarray:
     return (rows @ np.ones(x.shape[-1], dtype=x.dtype)).reshape(*x.shape[:-1], 1)
 
 
+def numeric_gradient(array: np.ndarray, f, eps: float = 1e-6) -> np.ndarray:
+    """Central differences (f(+eps) - f(-eps)) / (2 eps) of f() with respect to every entry
+    of ``array``, which is changed in place and restored (notebook 05's gradient check)."""
+    grad = np.zeros_like(array)
+    for idx in np.ndindex(array.shape):
+        old = array[idx]
+        array[idx] = old + eps
+        up = f()
+        array[idx] = old - eps
+        down = f()
+        array[idx] = old
+        grad[idx] = (up - down) / (2 * eps)
+    return grad
+
+
+def relative_error(a: np.ndarray, b: np.ndarray) -> float:
+    """|a - b| / (|a| + |b|): one relative error for a whole array (notebook 05)."""
+    return float(np.linalg.norm(a - b) / (np.linalg.norm(a) + np.linalg.norm(b)))
+
+
 def weight_gradient(x: np.ndarray, d_y: np.ndarray) -> np.ndarray:
     """dL/dW for y = x @ W, summed over every leading axis: x^T d_y, (d_in, d_out).
 
@@ -107,6 +127,23 @@ class MHACache:
     rope: RoPE | None = None
     rope_angles: tuple | None = None  # (cos_q, sin_q, cos_k, sin_k), each (n, d_k / 2)
     score_bias_shape: tuple | None = None  # the shape of the score bias given
+
+
+def _score_bias(bias, scores_shape: tuple[int, ...]) -> np.ndarray:
+    """A real, finite array added to the scores: it broadcasts to their shape
+    (batch, heads, n_q, n_k) without growing it, and gets four axes."""
+    bias = V.real_array(bias, "score_bias")
+    try:
+        grown = np.broadcast_shapes(bias.shape, scores_shape)
+    except ValueError:
+        grown = None
+    if grown != tuple(scores_shape):
+        raise ValueError(
+            f"score_bias of shape {bias.shape} cannot broadcast to the attention scores' shape "
+            f"{tuple(scores_shape)} (batch, heads, n_q, n_k)"
+        )
+    V.finite(bias, "score_bias")
+    return bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
 
 
 def _head_mask(head_mask, batch: int, n_heads: int, dtype) -> np.ndarray:
@@ -170,7 +207,7 @@ def mha_forward(
     bias_shape = None
     if score_bias is not None:
         bias_shape = np.shape(score_bias)
-        score_bias = V.score_bias(score_bias, (x_q.shape[0], h, n_q, n_k))
+        score_bias = _score_bias(score_bias, (x_q.shape[0], h, n_q, n_k))
 
     def project(x, W, b):
         y = x @ W

@@ -17,7 +17,10 @@ Conventions (the same as the rest of the course):
 from __future__ import annotations
 
 import math
+import numbers
 import random
+
+import numpy as np
 
 from . import _validate as V_
 
@@ -30,7 +33,7 @@ NEG_INF = float("-inf")
 def shape(A: Matrix, name: str = "matrix") -> tuple[int, int]:
     """(rows, cols) of a list-of-lists matrix; raise ValueError if it is ragged or not a
     list of lists. ``[]`` has 0 rows (and 0 columns)."""
-    return V_.list_shape(A, name)
+    return _list_shape(A, name)
 
 
 def zeros(rows: int, cols: int) -> Matrix:
@@ -78,7 +81,7 @@ def softmax(row: list[float]) -> list[float]:
     nothing it may attend to) returns all zeros: a defined "attend to nothing" rather than
     the 0/0 = NaN the textbook formula gives.
     """
-    V_.list_row(row, "softmax input")
+    _list_row(row, "softmax input")
     finite = [x for x in row if x != NEG_INF]
     if not finite:
         return [0.0] * len(row)
@@ -108,20 +111,20 @@ def attention(Q: Matrix, K: Matrix, V: Matrix, mask: Mask | None = None) -> tupl
         return [], []
     scores = _scores(Q, K, d_k, mask)
     if scores is None:
-        raise V_.list_overflow(V_.SCORES, {"q": Q, "k": K})
+        raise _list_overflow(V_.SCORES, {"q": Q, "k": K})
     weights = [softmax(row) for row in scores]  # (n_q, n_k)
     return matmul(weights, V), weights  # weighted means of V's rows: they cannot overflow
 
 
 def _check_attention_inputs(Q, K, V, mask) -> tuple[int, int]:
-    n_q, d_k = V_.list_matrix(Q, "Q")
-    n_k, d_k2 = V_.list_matrix(K, "K")
-    n_v, d_v = V_.list_matrix(V, "V")
+    n_q, d_k = _list_matrix(Q, "Q")
+    n_k, d_k2 = _list_matrix(K, "K")
+    n_v, d_v = _list_matrix(V, "V")
     if n_q and n_k:
         V_.same_d_k((n_q, d_k), (n_k, d_k2), ("Q", "K"))
     V_.same_keys((n_k, d_k2), (n_v, d_v), ("K", "V"))
     if mask is not None:
-        V_.list_mask(mask, n_q, n_k)
+        _list_mask(mask, n_q, n_k)
     if n_q and not n_k:
         raise ValueError(
             "attention on lists got queries but no keys (K = V = []): the output's width d_v "
@@ -186,37 +189,107 @@ def multi_head_attention(
     version checks them, with the same messages; the mask must hold True/False.
     """
     weights_in = {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o}
-    shapes = {name: V_.list_matrix(W, name) for name, W in weights_in.items()}
+    shapes = {name: _list_matrix(W, name) for name, W in weights_in.items()}
     d_model = shapes["W_q"][0]
     for name, shape in shapes.items():
         V_.square(shape, name, d_model)
     V_.heads(d_model, n_heads)
-    n_q, width_q = V_.list_matrix(X_q, "X_q")
-    n_k, width_kv = V_.list_matrix(X_kv, "X_kv")
+    n_q, width_q = _list_matrix(X_q, "X_q")
+    n_k, width_kv = _list_matrix(X_kv, "X_kv")
     for name, rows, width in (("X_q", n_q, width_q), ("X_kv", n_k, width_kv)):
         if rows:
             V_.width((rows, width), name, d_model)
     if mask is not None:
-        V_.list_mask(mask, n_q, n_k)
+        _list_mask(mask, n_q, n_k)
     if n_q == 0 or n_k == 0:
         return zeros(n_q, d_model), [[[] for _ in range(n_q)] for _ in range(n_heads)]
     Q, K, V = matmul(X_q, W_q), matmul(X_kv, W_k), matmul(X_kv, W_v)
     for part, P, X, name in (("q", Q, X_q, "X_q"), ("k", K, X_kv, "X_kv"), ("v", V, X_kv, "X_kv")):
         if not _all_finite(P):
             W_name = "W_" + part
-            raise V_.list_overflow(
-                V_.stage(part, name, False), {name: X, W_name: weights_in[W_name]}
-            )
+            raise _list_overflow(V_.stage(part, name, False), {name: X, W_name: weights_in[W_name]})
     outputs, weights = [], []
     d_k = d_model // n_heads
     for Q_h, K_h, V_h in zip(*(split_columns(P, n_heads) for P in (Q, K, V)), strict=True):
         scores = _scores(Q_h, K_h, d_k, mask)
         if scores is None:
-            raise V_.list_overflow(V_.SCORES, {"q": Q_h, "k": K_h})
+            raise _list_overflow(V_.SCORES, {"q": Q_h, "k": K_h})
         w_h = [softmax(row) for row in scores]  # (n_q, n_k)
         outputs.append(matmul(w_h, V_h))
         weights.append(w_h)
     out = matmul(concat_columns(outputs), W_o)
     if not _all_finite(out):
-        raise V_.list_overflow(V_.OUTPUT, {"v": V, "W_o": W_o})
+        raise _list_overflow(V_.OUTPUT, {"v": V, "W_o": W_o})
     return out, weights
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _list_mask(mask, n_q: int, n_k: int) -> None:
+    """A list mask: (n_q, n_k) lists of True/False (the list version does not broadcast)."""
+    rows, cols = _list_matrix(mask, "mask", booleans=True)
+    if rows != n_q or (rows and cols != n_k):  # [] is a mask of 0 rows, whatever n_k is
+        raise ValueError(
+            f"mask of shape {(rows, cols)} does not match the attention scores' shape "
+            f"{(n_q, n_k)} (n_q, n_k)"
+        )
+
+
+def _list_matrix(A, name: str, booleans: bool = False) -> tuple[int, int]:
+    """(rows, cols) of a list-of-lists matrix of finite real numbers (or of True/False, with
+    ``booleans``). ``[]`` is a matrix with no rows; its number of columns is 0."""
+    rows, cols = _list_shape(A, name)
+    for i, row in enumerate(A):
+        for j, value in enumerate(row):
+            is_bool = isinstance(value, bool | np.bool_)
+            if booleans and not is_bool:
+                raise V_.not_boolean(
+                    f"{value!r} ({type(value).__name__}) at index {(i, j)}", "list"
+                )
+            if not booleans and (is_bool or not isinstance(value, numbers.Real)):
+                raise ValueError(
+                    f"{name} must hold real numbers, got {value!r} ({type(value).__name__}) "
+                    f"at index {(i, j)}"
+                )
+            if not booleans and not math.isfinite(value):
+                raise ValueError(V_.nonfinite_message(name, (i, j), (rows, cols)))
+    return rows, cols
+
+
+def _list_shape(A, name: str) -> tuple[int, int]:
+    """(rows, cols) of a list of equally long lists, entries unchecked (see list_matrix)."""
+    if isinstance(A, np.ndarray):
+        raise ValueError(
+            f"{name} must be a list of rows (lists), got a NumPy array: pass {name}.tolist()"
+        )
+    if not isinstance(A, list) or not all(isinstance(row, list) for row in A):
+        raise ValueError(f"{name} must be a list of rows (lists), got {type(A).__name__}")
+    cols = len(A[0]) if A else 0
+    for i, row in enumerate(A):
+        if len(row) != cols:
+            raise ValueError(
+                f"{name} is ragged: row 0 has {cols} entries but row {i} has {len(row)}"
+            )
+    return len(A), cols
+
+
+def _list_row(row, name: str) -> None:
+    """A list of real numbers for a softmax: -inf (masked) allowed, NaN and +inf not."""
+    if not isinstance(row, list):
+        raise ValueError(f"{name} must be a list of numbers, got {type(row).__name__}")
+    for j, value in enumerate(row):
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+            raise ValueError(
+                f"{name} must hold real numbers, got {value!r} ({type(value).__name__}) "
+                f"at index {(j,)}"
+            )
+        if math.isnan(value) or value == math.inf:
+            raise ValueError(
+                f"{name} contains NaN or +inf (first at index {(j,)}, shape {(len(row),)})"
+            )
+
+
+def _list_overflow(what: str, operands: dict[str, list]) -> ValueError:
+    """:func:`overflow` for list matrices (Python floats are float64)."""
+    return V_.overflow(what, np.float64, {n: np.array(m, dtype=float) for n, m in operands.items()})

@@ -43,6 +43,7 @@ Row vectors throughout (``x @ W``); bad input raises ValueError through :mod:`li
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,42 @@ BASE = 10000.0
 """The frequency base of the sinusoidal table and of RoPE in both papers. Any finite base
 > 1 is accepted: the frequencies then fall from 1 radian per position (see
 :func:`lib._validate.base` for why smaller ones are refused)."""
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _integer(value, name: str) -> int:
+    """A whole number of any sign: an ``int`` or NumPy integer, not a bool or a float."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
+def _base(value, name: str = "base") -> float:
+    """The base of the frequencies ``base^(-2i / d)`` of sinusoidal positions and RoPE: a finite
+    real number > 1 (not a bool), as a Python float.
+
+    Above 1 the frequencies fall from 1 radian per position towards 1 / base, and p times each
+    is finite for every integer position p. At 1 every pair would turn at the same speed (one
+    frequency repeated); below 1 faster than a radian per position, and without bound as the
+    base nears 0 (a subnormal base gives infinite frequencies, and NaN)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number > 1, got {value!r} ({type(value).__name__})")
+    if not (math.isfinite(value) and value > 1):
+        raise ValueError(
+            f"{name} must be a finite number > 1, got {value!r}: the frequencies "
+            f"{name}^(-2i / d) fall from 1 radian per position towards 1 / {name}"
+        )
+    return float(value)
+
+
+def _token_positions(p, n: int, name: str = "positions") -> np.ndarray:
+    """Positions of ``n`` tokens: a 1-D array (or list) of ``n`` integers, any sign."""
+    p = V.integers(p, name)
+    if p.shape[0] != n:
+        raise ValueError(f"{name} has {p.shape[0]} entries but there are {n} tokens (axis -2)")
+    return p
 
 
 def query_positions(n_q: int, n_k: int) -> np.ndarray:
@@ -86,7 +123,7 @@ def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64)
     n = V.count(n, "n", low=0)
     d_model = V.count(d_model, "d_model")
     V.even(d_model, "d_model", "sin and cos come in pairs")
-    base = V.base(base)
+    base = _base(base)
     dtype = V.float_dtype(dtype)
     angles = np.arange(n)[:, None] * frequencies(d_model, base)[None, :]  # (n, d/2)
     table = np.empty((n, d_model))
@@ -103,10 +140,10 @@ def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:
     written for row vectors). It does not depend on p: a shift of position is the same
     linear map everywhere. R_{-k} is its transpose (and its inverse).
     """
-    k = V.integer(k, "k")
+    k = _integer(k, "k")
     d_model = V.count(d_model, "d_model")
     V.even(d_model, "d_model", "sin and cos come in pairs")
-    base = V.base(base)
+    base = _base(base)
     angle = k * frequencies(d_model, base)
     c, s = np.cos(angle), np.sin(angle)
     R = np.zeros((d_model, d_model))
@@ -128,7 +165,7 @@ class RoPE:
     layout: str = "half"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "base", V.base(self.base))
+        object.__setattr__(self, "base", _base(self.base))
         V.one_of(self.layout, "layout", LAYOUTS)
 
     def cos_sin(self, positions: np.ndarray, d_k: int, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +217,7 @@ def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.nd
     x = V.real_array(x, "x")
     V.rank(x, "x", range(2, 33), "(..., n, d_k), with at least 2 axes")
     V.even(x.shape[-1], "d_k", "RoPE turns pairs of coordinates")
-    positions = V.positions(positions, x.shape[-2])
+    positions = _token_positions(positions, x.shape[-2])
     V.finite(x, "x")
     with np.errstate(over="ignore", invalid="ignore"):  # a turn keeps a pair's length,
         out = rope.rotate(x, *rope.cos_sin(positions, x.shape[-1], x.dtype))  # which may not fit

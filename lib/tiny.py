@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _validate as V
 from . import positions as POS
-from .attention import MHAParams, causal_mask
+from .attention import MHAParams, causal_mask, glorot
 from .backprop import mha_backward, mha_forward, weight_gradient
 
 IGNORE = -1  # target value of a position that is not scored
@@ -263,13 +263,12 @@ def init_tiny_model(
     V.one_of(positions, "positions", POS.SCHEMES)
     if positions == "rope":
         V.even(d_k, "d_k", "RoPE turns pairs of coordinates")
-    limit = math.sqrt(6.0 / (2 * d_model))
     p = {
         "tok_emb": rng.normal(0.0, 1.0, (vocab_size, d_model)),
         "pos_emb": rng.normal(0.0, 1.0, (max_len, d_model)),
     }
     for name in ("W_q", "W_k", "W_v", "W_o"):
-        p[name] = rng.uniform(-limit, limit, (d_model, d_model))
+        p[name] = glorot(rng, d_model, d_model)
     for name in ("b_q", "b_k", "b_v", "b_o"):
         p[name] = np.zeros(d_model)
     p["W_out"] = rng.normal(0.0, 1.0 / math.sqrt(d_model), (d_model, n_slots * n_classes))

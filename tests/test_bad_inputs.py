@@ -143,6 +143,8 @@ FORWARD_RULES = [
      ("x_q and x_kv must be", "x_kv (3, 8)")),
     ("d_model differs", lambda: (x(), x((2, 5, 6)), params(), None), ValueError,
      ("x_kv has d_model=6 (shape (2, 5, 6)) but the parameters have d_model=8",)),
+    ("the queries' d_model differs", lambda: (x((2, 3, 6)), x(), params(), None), ValueError,
+     ("x_q has d_model=6 (shape (2, 3, 6)) but the parameters have d_model=8",)),
     ("batch sizes differ", lambda: (x(), x((3, 3, 8)), params(), None), ValueError,
      ("different batch sizes: (2, 3, 8) and (3, 3, 8)",)),
     ("complex input", lambda: (x().astype(complex), x(), params(), None), ValueError,

@@ -36,11 +36,15 @@ MODULES = (
 ALIASES = {"V", "V_"}  # how the modules import lib._validate
 # Functions of lib._validate that are not checks: computations, message text, and the
 # error builders (their call sites are the `raise` statements around them).
-NOT_CHECKS = {"largest_row_norm", "divisors", "stage", "overflow", "list_overflow"}
+NOT_CHECKS = {"largest_row_norm", "divisors", "stage", "overflow", "_list_overflow"}
 PREDICATES = {"all_finite", "scores_fit"}
 # Checks kept in the module that needs them (called by name, or as A.check_params, or as
 # self._new_tokens): deleted like the checks of lib._validate.
-LOCAL_CHECKS = {"check_params", "_head_mask", "_new_tokens"}
+LOCAL_CHECKS = {
+    "check_params", "_head_mask", "_new_tokens", "_score_bias", "_no_nan_or_posinf", "_integer",
+    "_base", "_token_positions", "_list_mask", "_list_matrix", "_list_shape", "_list_row",
+    "_list_overflow", "_mha_inputs",
+}  # fmt: skip
 
 
 def _rows_and_cols(A, name=None, booleans=False):
@@ -53,10 +57,10 @@ def _head_mask(head_mask, batch, n_heads, dtype):
 
 # What a check that computes a result gives when it is deleted: the result, unchecked.
 UNCHECKED = {
-    "mha_inputs": lambda x_q, x_kv, d_model, unbatched=True: (x_q, x_kv, False),
+    "_mha_inputs": lambda x_q, x_kv, d_model, unbatched=True: (x_q, x_kv, False),
     "heads": lambda d_model, n_heads: d_model // n_heads,
-    "list_matrix": _rows_and_cols,
-    "list_shape": _rows_and_cols,
+    "_list_matrix": _rows_and_cols,
+    "_list_shape": _rows_and_cols,
     "param_fields": lambda arrays, n_heads, n_kv_heads: (
         arrays | {"n_heads": n_heads, "n_kv_heads": n_kv_heads}
     ),
