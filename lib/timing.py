@@ -1,0 +1,28 @@
+"""Timing code on a machine that does other work too (notebook 02; used by 03 and 10).
+
+We keep the *fastest* of several timings, not their mean: other work on the machine only
+ever adds time, so the fastest run is the closest to what the code itself costs.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import _validate as V
+
+
+def best_time(fn, *args, repeat: int = 3, number: int = 1, budget: float | None = None) -> float:
+    """The fastest of up to ``repeat`` timings of ``number`` calls of ``fn(*args)``, in
+    seconds per call. ``number`` > 1 times calls too short for the clock one by one;
+    ``budget`` (seconds) stops starting new timings once it is spent, so that a slow
+    function is timed fewer times (always at least once)."""
+    repeat, number = V.count(repeat, "repeat"), V.count(number, "number")
+    times, start = [], time.perf_counter()
+    while len(times) < repeat and (
+        not times or budget is None or time.perf_counter() - start < budget
+    ):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn(*args)
+        times.append((time.perf_counter() - t0) / number)
+    return min(times)
