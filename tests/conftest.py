@@ -1,6 +1,14 @@
+"""Shared by every test: the hypothesis profiles, the BLAS kernels in the header, and the
+tests/ folder on the import path, so that a test in any group imports the shared helpers
+(``from tolerances import ...``, ``from helpers import ...``)."""
+
 import os
+import sys
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 # In CI the examples are derandomised so a run is reproducible; locally they vary. Both print
 # a failing example's @reproduce_failure blob, which replays it anywhere (README, "Tests"):

@@ -1,4 +1,4 @@
-"""The error model behind every tolerance of the suite (lib/rounding.py, tests/helpers.py):
+"""The error model behind every tolerance of the suite (lib/rounding.py, tests/tolerances.py):
 its bound holds, with room to spare, on inputs built to make rounding as bad as it gets, and
 it is tight enough that a result off by 1000 ulps fails it.
 
@@ -193,7 +193,7 @@ def test_notebook_02s_1e_12_covers_its_layer():
 @settings(max_examples=30)
 @given(m=st.integers(1, 40), k=st.integers(1, 2000), n=st.integers(1, 40), seed=seeds)
 def test_the_random_model_holds_with_room_on_random_data(m, k, n, seed):
-    """RANDOM (tests/helpers.py), used for BERT's wide layers: float32 products of random
+    """RANDOM (tests/tolerances.py), used for BERT's wide layers: float32 products of random
     matrices stay well within its bound (lambda sqrt(k) u sum |a b|), whatever the length."""
     rng = np.random.default_rng(seed)
     a = rng.normal(size=(m, k)).astype(np.float32)

@@ -23,7 +23,7 @@ from nbclient import NotebookClient
 
 from tools import make_student as ms
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = ROOT / "notebooks"
 SOURCES = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 BEGIN = {"### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS"}

@@ -159,7 +159,7 @@ def test_every_forward_gives_the_same_answer(c):
     x64 = x_q.astype(np.float64)
     kv64 = x64 if x_kv is x_q else x_kv.astype(np.float64)
     want_out, want_w = A.multi_head_attention(x64, kv64, p64, mask)
-    # tolerances derived from the error model (tests/helpers.py), per entry, in the dtype the
+    # tolerances derived from the error model (tests/tolerances.py), per entry, in the dtype the
     # forwards compute in; torch and the lists are compared in their own dtypes below
     w_tol, out_tol = mha_tolerances(dtype, x64, kv64, p64, mask)
     if unbatched:

@@ -1,7 +1,7 @@
 """Backpropagation through multi-head attention (lib.backprop), checked in float64.
 
 The reference for every gradient is a central finite difference of the loss, computed
-element by element, within the tolerance tests/helpers.py derives for it (gradient_tolerance:
+element by element, within the tolerance tests/tolerances.py derives for it (gradient_tolerance:
 the difference's truncation error, estimated, and its rounding error, from the loss's
 rounding error, which mha_errors bounds).
 """

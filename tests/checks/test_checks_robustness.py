@@ -24,7 +24,7 @@ from lib import tiny as T
 from lib.backprop import softmax_backward
 from lib.checks import CheckFailed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def log_softmax_row(row):

@@ -43,7 +43,7 @@ GELU_SLOPE = 1.13  # the largest |GELU'(x)| = Phi(x) + x phi(x), at x = sqrt(2):
 
 # --------------------------------------------------------------------------- error bounds
 #
-# Every comparison below uses a tolerance derived from an error model (tests/helpers.py),
+# Every comparison below uses a tolerance derived from an error model (tests/tolerances.py),
 # carried through one encoder layer step by step: each function returns a value computed in
 # float64 and the bound on its error when computed in ``dtype`` from inputs known to within
 # the given errors. Layers are compared one at a time, each fed the reference's own input, so

@@ -80,7 +80,7 @@ def lib_aliases(paths) -> dict:
 def test_each_lib_module_has_one_alias_everywhere():
     # One alias per module and one module per alias, in notebooks, tests, checks, bench and
     # tools alike, so that `B.` means lib.bert wherever a reader meets it.
-    paths = [*NOTEBOOKS, *ROOT.glob("tests/*.py")]
+    paths = [*NOTEBOOKS, *ROOT.glob("tests/**/*.py")]
     for folder in ("lib", "bench", "tools"):
         paths += (ROOT / folder).rglob("*.py")
     found = lib_aliases(paths)

@@ -2,7 +2,7 @@
 lib's multi-head attention and against PyTorch: SDPA with ``enable_gqa=True``, the same with
 the key/value heads repeat_interleave'd, and a torch decoder that concatenates its own
 cache. Each within the tolerance the error model of lib/rounding.py gives for each entry
-(tests/helpers.py, mha_tolerances)."""
+(tests/tolerances.py, mha_tolerances)."""
 
 import dataclasses
 

@@ -3,7 +3,7 @@
 nn.MultiheadAttention and F.scaled_dot_product_attention are loaded with lib's weights by
 code written here (not by lib.torch_bridge, which has its own tests below) and must give
 lib's outputs and per-head weights, within the tolerances the error model of lib/rounding.py
-gives for each entry (tests/helpers.py: mha_tolerances, sdpa_tolerances). Where the two
+gives for each entry (tests/tolerances.py: mha_tolerances, sdpa_tolerances). Where the two
 libraries define a case differently (a query with nothing to attend to) both behaviours are
 pinned down.
 """
