@@ -228,9 +228,10 @@ def mha_errors(
     score_bias=None, errors=WORST,
 ):  # fmt: skip
     """(weights, their errors, output, its errors) of one computation, in ``dtype``, of
-    multi-head attention (MHAParams or GQAParams) on x_q (..., n_q, d_model) and x_kv
-    (..., n_k, d_model) known to within dx_q and dx_kv, with lib.backprop.mha_forward's
-    options: a head mask, RoPE (a lib.positions.RoPE) or a score bias.
+    multi-head attention (an MHAParams, grouped key/value heads or not) on x_q
+    (..., n_q, d_model) and x_kv (..., n_k, d_model) known to within dx_q and dx_kv, with
+    lib.backprop.mha_forward's options: a head mask, RoPE (a lib.positions.RoPE) or a score
+    bias.
 
     The projections (:func:`projection_errors`), per head, RoPE's turn (:func:`rope_errors`,
     queries at the last n_q of the key positions), :func:`attention_errors`, the head mask
