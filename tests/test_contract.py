@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_TILES, kernel_sizes
+from helpers import TINY_BLOCKS, kernel_sizes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import assert_within, mha_tolerances, sdpa_tolerances
@@ -338,9 +338,9 @@ def _decoded(p, x, prompt: bool):
     return np.concatenate([decoder(x[:, i : i + 1]) for i in range(x.shape[1])], axis=1)
 
 
-def _tiny_tiles(forward):
+def _tiny_blocks(forward):
     def run(*args):
-        with kernel_sizes(**TINY_TILES):  # small scores without weights take the tiles
+        with kernel_sizes(**TINY_BLOCKS):  # a long sequence's blocks, cut tiny
             return forward(*args)
 
     return run
@@ -353,21 +353,21 @@ def _gqa(x_q, x_kv, p, mask, **kw):
 MHA_FORWARDS = {  # (x_q, x_kv, params, mask) -> output; the decoders: self-attention, causal
     "fast": lambda *a: A.multi_head_attention(*a)[0],
     "fast, no weights": lambda *a: A.multi_head_attention(*a, need_weights=False)[0],
-    "fast, no weights, tiles": _tiny_tiles(
+    "fast, no weights, tiny blocks": _tiny_blocks(
         lambda *a: A.multi_head_attention(*a, need_weights=False)[0]
     ),
     "reshape": lambda *a: A.multi_head_attention_reshape(*a)[0],
     "per head": lambda *a: A.multi_head_attention_per_head(*a)[0],
     "mha_forward": lambda *a: BP.mha_forward(*a)[0],
     "gqa_attention": _gqa,
-    "gqa_attention, no weights, tiles": _tiny_tiles(lambda *a: _gqa(*a, need_weights=False)),
+    "gqa_attention, no weights, tiny blocks": _tiny_blocks(lambda *a: _gqa(*a, need_weights=False)),
     "Decoder, prompt": lambda x_q, x_kv, p, mask: _decoded(p, x_q, prompt=True),
     "Decoder, token by token": lambda x_q, x_kv, p, mask: _decoded(p, x_q, prompt=False),
 }
 CORES = {  # (q, k, v, mask) -> output
     "scaled_dot_product_attention": lambda *a: A.scaled_dot_product_attention(*a)[0],
     "blockwise.attention": BW.attention,
-    "blockwise.attention, tiles": _tiny_tiles(BW.attention),
+    "blockwise.attention, tiny blocks": _tiny_blocks(BW.attention),
     "blockwise.online_softmax_attention": BW.online_softmax_attention,
 }
 
