@@ -4,8 +4,9 @@ NumPy's speed depends on two choices made when it is imported: the kernels OpenB
 for matrix products (AVX-512 "SkylakeX" or AVX2 "Haswell" on the course's machines) and the
 vector instructions of NumPy's own loops (exp, sums). An AVX2 machine runs AVX2 for both. An
 AVX-512 machine can run both sets: its own, and AVX2 forced in a subprocess by
-OPENBLAS_CORETYPE=Haswell and NPY_DISABLE_CPU_FEATURES (NumPy's AVX-512 loops off). Forcing
-only OpenBLAS is not enough: NumPy's float32 exp2, for one, is 2x faster than exp with
+OPENBLAS_CORETYPE=Haswell and NPY_DISABLE_CPU_FEATURES (NumPy's AVX-512 loops off), with
+torch held to AVX2 as well (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS). Forcing only
+OpenBLAS is not enough: NumPy's float32 exp2, for one, is 2x faster than exp with
 AVX-512 loops and 2x slower with AVX2 ones (docs/benchmarks.md).
 
 Each set runs `bench/bench.py --bars` in its own process and saves its results as
@@ -27,7 +28,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-FORCED = ("OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES")
+FORCED = (
+    "OPENBLAS_CORETYPE",
+    "NPY_DISABLE_CPU_FEATURES",
+    "ATEN_CPU_CAPABILITY",
+    "MKL_ENABLE_INSTRUCTIONS",
+)
 
 PROBE = """
 import json, numpy, threadpoolctl
@@ -58,6 +64,8 @@ def kernel_sets() -> list[tuple[str, dict]]:
         return [(own["openblas"] or "own", own_env)]
     avx2_env = dict(own_env, OPENBLAS_CORETYPE="Haswell")
     avx2_env["NPY_DISABLE_CPU_FEATURES"] = " ".join(own["avx512_dispatch"])
+    # torch too, as on an AVX2 machine: its own kernels (SDPA, exp) and MKL's products.
+    avx2_env.update(ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2")
     forced = probe(avx2_env)
     print(
         f"This CPU has AVX-512: measuring its own kernels ({own['openblas']}) and AVX2 ones "
@@ -69,12 +77,17 @@ def kernel_sets() -> list[tuple[str, dict]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--sets", nargs="+", help="measure only these kernel sets (e.g. Haswell)")
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
     date = datetime.date.today().isoformat()
     runs = {}
     for name, env in kernel_sets():
         out = RESULTS / f"{date}-{name}.json"
+        if args.sets and name not in args.sets:  # keep an earlier run's file in the summary
+            if out.exists():
+                runs[name] = json.loads(out.read_text())
+            continue
         print(f"\n######## kernel set {name} -> {out.relative_to(HERE.parent)}", flush=True)
         command = [sys.executable, str(HERE / "bench.py"), "--bars", "--save", str(out)]
         subprocess.run(command + (["--quick"] if args.quick else []), env=env, check=True)
