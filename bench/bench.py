@@ -637,7 +637,7 @@ def save_results(path: str, bars: list, load_before: list, threads: int, reps: i
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model"))
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
     blas = numpy_blas()

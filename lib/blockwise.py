@@ -51,7 +51,9 @@ ROW_BLOCK_BYTES = 8 << 20
 """Bytes of scores per block of query rows of one long score matrix: up to 8 MB (it then
 sits in the shared L3), so that BLAS gets products of about a thousand rows and packs K and
 V fewer times. Both sizes measured a few per cent faster than the other choice at the
-shapes ``make bench`` uses."""
+shapes ``make bench`` uses. Tiles that fit one core's L2, with a base-2 exponential, were
+faster with AVX-512 kernels and 1.24-1.42x slower with AVX2 ones, so lib has none
+(docs/benchmarks.md, "What was removed, and why")."""
 
 WEIGHTS_ROW_BLOCK_BYTES = 4 << 20
 """The same when the weights are kept: a block is then computed in the returned weights'
@@ -77,10 +79,10 @@ SPARE_WEIGHTS_BYTES = 16 << 20
 """Weights arrays at least this large (per-head weights, ``need_weights=True``) are carved
 from memory lib keeps: the memory of the last such array, once nothing refers to it any
 more, is reused by the next one. Writing into memory touched for the first time costs a page
-fault per page, and on the course's machine that was most of the cost of keeping the weights:
-(2, 2048, 512, 8) in float32 (268 MB of weights) measured 0.58 s into reused memory, against
-0.86 s for nn.MultiheadAttention and an erratic 0.6-1.9 s into fresh memory.
-:func:`release_spare_weights` gives the memory back."""
+fault per page, and at the bench's largest shapes that was most of the cost of keeping the
+weights: without the reuse lib + weights took up to 1.33x the time of nn.MultiheadAttention
+keeping them, with it at most 0.92x, on both kernel sets (bench/results/2026-11-25-weights-
+pool.txt; docs/benchmarks.md). :func:`release_spare_weights` gives the memory back."""
 
 
 class _Spare:

@@ -27,9 +27,9 @@ IGNORED = ("# NBVAL_IGNORE_OUTPUT",)
 # it is a timing cell, ignored by nbval): `python bench/bench.py --only loop`, five runs.
 _LOOP = "03 section 7: bench loop section, 5 runs (SkylakeX kernels, 1 thread)"
 
-# Notebook 10, sections 5 and 6, quote one run of make bench's scale section, recorded in the
-# README's "Benchmarks" (its cells beside are timing cells, ignored by nbval).
-_SCALE = "10: bench scale section, the run in the README's Benchmarks (SkylakeX kernels, 1 thread)"
+# Notebook 10, sections 5 and 6, quote one run of make bench's scale section, recorded in
+# docs/benchmarks.md, "Runs before issue 24" (its cells beside are timing cells, ignored by nbval).
+_SCALE = "10: bench scale section, the run in docs/benchmarks.md (SkylakeX kernels, 1 thread)"
 
 # (notebook number, number as written) -> why it may stand in the prose unprinted.
 ALLOWED: dict[tuple[str, str], str] = {
@@ -42,10 +42,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("03", "0.8"): f"{_LOOP}: loop over sequences and heads / reshape, two largest, lowest",
     ("03", "1.0"): f"{_LOOP}: loop over sequences and heads / reshape, two largest, highest",
     ("07", "0.044715"): "a constant of GELU's tanh approximation (Hendrycks and Gimpel, 2016)",
-    ("08", "0.42"): "lib / nn.MultiheadAttention, lowest over the make bench runs in the README",
-    ("08", "0.88"): "lib / nn.MultiheadAttention, highest over the make bench runs in the README",
-    ("08", "0.52"): "lib / SDPA module, lowest over the make bench runs in the README",
-    ("08", "1.20"): "lib / SDPA module, highest over the make bench runs in the README",
+    ("08", "0.42"): "lib / nn.MultiheadAttention, lowest of the runs in docs/benchmarks.md",
+    ("08", "0.88"): "lib / nn.MultiheadAttention, highest of the runs in docs/benchmarks.md",
+    ("08", "0.52"): "lib / SDPA module, lowest of the runs in docs/benchmarks.md",
+    ("08", "1.20"): "lib / SDPA module, highest of the runs in docs/benchmarks.md",
     ("08", "1e-12"): "the tolerance every comparison of sections 2 to 8 prints (section 11 recaps)",
     ("08", "2.13"): "the torch version the course pins (constraints.txt), not a measurement",
     ("05", "1e-10"): "float64 rounding (1e-16) over the step eps = 1e-6: what central "
@@ -70,9 +70,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("10", "0.97"): f"{_SCALE}: causal (2, 4096, 512, 8), lib / SDPA is_causal, the second run",
     ("10", "0.93"): f"{_SCALE}: causal (1, 8192, 512, 8), lib / SDPA is_causal, the second run",
     ("10", "1.06"): f"{_SCALE}: causal (2, 4096, 512, 8), lib / SDPA is_causal, with exp and K's "
-    "transposed view (the README's previous run)",
+    "transposed view (docs/benchmarks.md, the previous run)",
     ("10", "1.05"): f"{_SCALE}: causal (1, 8192, 512, 8), lib / SDPA is_causal, with exp and K's "
-    "transposed view (the README's previous run)",
+    "transposed view (docs/benchmarks.md, the previous run)",
     ("10", "1"): f"{_SCALE}: peak memory at n = 16384 / one n x n float32 buffer "
     "(under 1 %: 0.94 %)",
     ("10", "9.6"): f"{_SCALE}: peak memory at n = 16384 beyond the output, MiB",
