@@ -2,7 +2,7 @@
 
 The scores of one head are an (n_q, n_k) matrix: at n = 16384 that is 1 GiB of float32, for
 one head of one sequence. Nothing forces us to hold it all at once, and the answer stays
-exact. Three ways to cut it up:
+exact. Two ways to cut it up:
 
 - **blocks of query rows** (:func:`attend_in_blocks`, lib's kernel). A row's softmax
   needs only that row, so a block of rows is computed, exponentiated, multiplied by V and
@@ -13,13 +13,8 @@ exact. Three ways to cut it up:
   together one key block at a time: a running maximum, a running sum of exponentials and a
   running (unnormalised) output, the last two rescaled whenever the maximum grows
   (:func:`online_softmax_update`). Memory: block_q x block_k numbers, whatever n is.
-- **tiles with no running maximum** (:func:`attend_in_tiles`, lib's fast kernel when every
-  score is small). The maximum is only there to keep exp from overflowing; when
-  |q_i| |k_j| bounds every score far from overflow (:data:`SAFE_SCORE`), a row's sums over
-  its key tiles simply add up, and a tile small enough to stay in one core's cache is
-  computed, exponentiated and multiplied by V there (:data:`TILE_ROWS`).
 
-All three skip what a mask makes useless: a block of queries never computes scores for keys
+Both skip what a mask makes useless: a block of queries never computes scores for keys
 after the last one any of its rows may attend to. With a causal mask that is about half
 of all scores (:func:`attention` with ``causal=True``).
 
@@ -28,8 +23,9 @@ of all scores (:func:`attention` with ``causal=True``).
 views of it, the kernel above, the output projection. It keeps the contract of every
 multi-head forward of lib (README, "Conventions").
 
-The block sizes below were measured on the course's 2-core machine (numpy 2.4, OpenBLAS
-SkylakeX kernels); ``make bench`` (sections ``torch`` and ``scale``) re-measures them.
+The block sizes below were measured on the course's 2-core machine; ``make bench`` checks the
+kernel against its bars on every kernel set the CPU can run (AVX-512 and AVX2), and a speed
+trick stays only if it wins on both (docs/benchmarks.md, "What was removed, and why").
 """
 
 from __future__ import annotations
@@ -55,7 +51,9 @@ ROW_BLOCK_BYTES = 8 << 20
 """Bytes of scores per block of query rows of one long score matrix: up to 8 MB (it then
 sits in the shared L3), so that BLAS gets products of about a thousand rows and packs K and
 V fewer times. Both sizes measured a few per cent faster than the other choice at the
-shapes ``make bench`` uses."""
+shapes ``make bench`` uses. Tiles that fit one core's L2, with a base-2 exponential, were
+faster with AVX-512 kernels and 1.24-1.42x slower with AVX2 ones, so lib has none
+(docs/benchmarks.md, "What was removed, and why")."""
 
 WEIGHTS_ROW_BLOCK_BYTES = 4 << 20
 """The same when the weights are kept: a block is then computed in the returned weights'
@@ -71,33 +69,6 @@ full matrix (0.53 with 16), but blocks keep at least CAUSAL_MIN_ROWS rows, below
 BLAS products get small and the Python loop's overhead shows (measured: ``make bench``,
 section ``scale``)."""
 
-TILE_ROWS = 512
-TILE_BYTES = 1 << 20
-STRIP_ROWS = 128
-TILES_MIN_KEYS = 512
-"""When every score is small (:data:`SAFE_SCORE`) and the weights are not kept, a score matrix
-of more than TILES_MIN_KEYS keys is cut into tiles of TILE_ROWS query rows by as many keys as
-fit in TILE_BYTES (float32: 512 keys; :func:`attend_in_tiles`). A tile of 1 MiB is about one
-core's L2 cache on the course's machine, where a block of whole rows (8 MB) spills to the L3,
-and the products over a tile ran at 82-93 GFLOP/s (a peak of about 96). The score product of
-a tile ran about 10 % faster (93 against 84 GFLOP/s) with K^T copied into a C-ordered array
-than with the transposed view of K, so the kernel copies each head's K^T once. Measured
-against blocks of rows: 0.86x and 0.82x their time at the causal shapes of ``make bench``
-(section ``scale``, column ``lib rows``); before that copy and the base-2 exponential
-(:data:`LOG2_E`), 0.82x (float32) and 0.88x (float64) on the attention core of
-(2, 2048, 512, 8) without a mask. The other tile sizes tried (128-1024 rows, 128 KiB-2 MiB)
-were no faster. Where the rows of a tile reach different keys (the diagonal of a causal
-mask), the tile is cut into strips of STRIP_ROWS rows, each ending at the last key its own
-rows reach: the wasted scores per strip of s rows are s (s - 1) / 2, and strips of 64 rows
-were no faster than 128. With at most TILES_MIN_KEYS keys the whole score matrices of several
-heads fit in one block (:data:`GROUP_BYTES`), which measured faster."""
-
-LOG2_E = 1.0 / math.log(2.0)
-"""log2(e): :func:`attend_in_tiles` computes exp(s) as 2^(s log2(e)), since NumPy's float32
-``exp2`` measured about twice as fast as its ``exp`` on the course's machine (60-80 against
-120-150 us over a 512 x 512 tile; float64: the same speed), but about 7x slower on -inf,
-which is why masked scores are zeroed after it."""
-
 SAFE_SCORE = {np.dtype(np.float32): 30.0, np.dtype(np.float64): 300.0}
 """Largest |score| for which exp(score) is used without subtracting the row's maximum: far
 from overflow and underflow (float32: exp(+-88); float64: exp(+-709)), so every weight
@@ -108,10 +79,10 @@ SPARE_WEIGHTS_BYTES = 16 << 20
 """Weights arrays at least this large (per-head weights, ``need_weights=True``) are carved
 from memory lib keeps: the memory of the last such array, once nothing refers to it any
 more, is reused by the next one. Writing into memory touched for the first time costs a page
-fault per page, and on the course's machine that was most of the cost of keeping the weights:
-(2, 2048, 512, 8) in float32 (268 MB of weights) measured 0.58 s into reused memory, against
-0.86 s for nn.MultiheadAttention and an erratic 0.6-1.9 s into fresh memory.
-:func:`release_spare_weights` gives the memory back."""
+fault per page, and at the bench's largest shapes that was most of the cost of keeping the
+weights: without the reuse lib + weights took up to 1.33x the time of nn.MultiheadAttention
+keeping them, with it at most 0.92x, on both kernel sets (bench/results/2026-11-25-weights-
+pool.txt; docs/benchmarks.md). :func:`release_spare_weights` gives the memory back."""
 
 
 class _Spare:
@@ -285,9 +256,6 @@ def attend_in_blocks(
     maximum. ``skip=False`` computes every key of every block (to measure what skipping
     saves). Unchecked: the callers check the inputs and that the scores fit the dtype.
     Huge values whose weighted means fit are no overflow (:func:`weighted_means`).
-
-    With small scores, no weights and at most a prefix mask, long score matrices go to
-    :func:`attend_in_tiles` (see :data:`TILE_ROWS`); otherwise blocks of whole query rows.
     """
 
     def attend(values):
@@ -301,10 +269,6 @@ def _attend_in_blocks(q, k, v, heads_out, weights, plan, *, small, skip) -> None
     """attend_in_blocks, without its care for huge values."""
     batch, h, n_q, _ = q.shape
     n_k = k.shape[2]
-    if small and weights is None and (plan is None or plan.add is None):
-        if n_k > TILES_MIN_KEYS and n_q >= STRIP_ROWS:
-            attend_in_tiles(q, k, v, heads_out, plan, skip=skip)
-            return
     dtype = np.result_type(q, k)
     k_t = k.transpose(0, 1, 3, 2)  # (batch, heads, d_k, n_k)
     reach = None if plan is None else plan.reach
@@ -369,110 +333,6 @@ def _attend_in_blocks(q, k, v, heads_out, weights, plan, *, small, skip) -> None
                     np.multiply(S, s, out=weights[seqs, heads, rs, :n_used])
 
 
-def row_tiles(reach: np.ndarray | None, n_k: int, keys: int, strip_keys: int, *, skip=True):
-    """The tiles :func:`attend_in_tiles` computes for one block of query rows, as
-    (rows, keys, masked_from, first): a slice of the block's rows, a slice of key positions,
-    the first key of the tile that some of its rows may not attend to (None: they all may
-    attend to every key of it), and whether it is the first tile of these rows.
-
-    reach: (rows,) or (1,) ints, row r attends only among keys 0 .. reach[r] - 1 (None:
-    every key). Keys every row of the block reaches come in tiles of all its rows by
-    ``keys`` keys. Keys that only some rows reach (the diagonal of a causal mask) come in
-    strips of :data:`STRIP_ROWS` rows by up to ``strip_keys`` keys, each strip ending at the
-    last key its own rows reach. Keys no row reaches are left out; ``skip=False`` computes
-    every key for every row, masked (to measure what skipping saves)."""
-    if reach is None:
-        shared, strips = n_k, []
-    elif not skip:
-        shared, strips = 0, [(slice(None), n_k, int(reach.min()), keys)]
-    elif int(reach.min()) == int(reach.max()):  # every row reaches the same keys
-        shared, strips = int(reach.min()), []
-    else:
-        shared = int(reach.min())  # keys 0 .. shared - 1: every row reaches them
-        shared -= shared % keys  # the rest of a partly shared tile goes with the strips
-        strips = [
-            (slice(s0, s0 + STRIP_ROWS), int(r.max()), int(r.min()), strip_keys)
-            for s0 in range(0, len(reach), STRIP_ROWS)
-            for r in [reach[s0 : s0 + STRIP_ROWS]]
-        ]
-    for j0 in range(0, shared, keys):
-        yield slice(None), slice(j0, min(shared, j0 + keys)), None, j0 == 0
-    for rows, end, lo, width in strips:
-        for j0 in range(shared, end, width):
-            j1 = min(end, j0 + width)
-            yield rows, slice(j0, j1), max(j0, lo) if j1 > lo else None, j0 == 0
-
-
-def attend_in_tiles(q, k, v, heads_out, plan: MaskPlan | None = None, *, skip=True) -> None:
-    """softmax(q k^T, masked) v in tiles of (query rows, keys), when every |score| is at most
-    :data:`SAFE_SCORE`: then exp(score) can neither overflow nor lose precision, no row's
-    maximum is needed, and a row's sums over its key tiles simply add up (the online softmax
-    of :func:`online_softmax_update` with the maximum held at 0).
-
-    The exponential is taken in base 2, exp(s) = 2^(s log2(e)), with log2(e) folded into a
-    row block of q, and K^T is copied once per head into a C-ordered buffer (what each
-    gained is measured in :data:`LOG2_E` and :data:`TILE_ROWS`). A tile's masked scores are
-    set to 0 after the exponential, not to -inf before it: exp2 of -inf took NumPy's slow
-    path.
-
-    Arguments as :func:`attend_in_blocks` (``plan``: None or a prefix mask, ``plan.add`` is
-    None); the output only. Memory: one tile of scores (:data:`TILE_BYTES`), one head's K^T
-    and a row block's sums, whatever n_q is. A query with nothing to attend to gets 0.
-    """
-    if plan is not None and plan.add is not None:  # tiles would silently drop this mask
-        raise ValueError(
-            "attend_in_tiles takes no mask or a prefix mask (plan.add is None); this mask "
-            "blocks keys before ones it allows: use attend_in_blocks"
-        )
-    batch, h, n_q, _ = q.shape
-    n_k, d_v = k.shape[2], v.shape[3]
-    dtype = np.result_type(q, k, v)
-    keys = max(1, TILE_BYTES // dtype.itemsize // TILE_ROWS)
-    strip_keys = max(1, TILE_BYTES // dtype.itemsize // STRIP_ROWS)
-    scores = np.empty(max(TILE_ROWS * keys, STRIP_ROWS * strip_keys), dtype)
-    acc = np.empty((TILE_ROWS, d_v), dtype)  # sum over keys of exp(score) v, per row
-    total = np.empty((TILE_ROWS, 1), dtype)  # sum over keys of exp(score), per row
-    part, part_total = np.empty_like(acc), np.empty_like(total)
-    ones = np.ones((max(keys, strip_keys), 1), dtype)  # row sums as a BLAS product
-    columns = np.arange(n_k)
-    k_t = np.empty((k.shape[3], n_k), dtype)  # (d_k, n_k): one head's K^T, C-ordered
-    reach = None if plan is None else plan.reach
-    for b in range(batch):
-        for i in range(h):
-            np.copyto(k_t, k[b, i].T)
-            for r0 in range(0, n_q, TILE_ROWS):
-                rs = slice(r0, min(n_q, r0 + TILE_ROWS))
-                nr = rs.stop - r0
-                qb, a, l = q[b, i, rs] * LOG2_E, acc[:nr], total[:nr]  # 2^(qb k) = e^(q k)
-                r = None
-                if reach is not None:
-                    r = block_of(reach, slice(b, b + 1), slice(i, i + 1), rs)[0, 0]
-                    if int(r.max()) == 0:  # no row of the block may attend to anything
-                        heads_out[b, i, rs] = 0.0
-                        continue
-                    if int(r.min()) == 0:  # a strip of such rows gets no tile: sums of 0
-                        a[...] = 0.0
-                        l[...] = 0.0
-                for rows, ks, masked_from, first in row_tiles(r, n_k, keys, strip_keys, skip=skip):
-                    qr, ar, lr = qb[rows], a[rows], l[rows]
-                    n_rows, n_keys = len(qr), ks.stop - ks.start
-                    S = scores[: n_rows * n_keys].reshape(n_rows, n_keys)
-                    np.matmul(qr, k_t[:, ks], out=S)
-                    np.exp2(S, out=S)
-                    if masked_from is not None:  # keys at or after a row's reach weigh 0
-                        rr = r if len(r) == 1 else r[rows]
-                        blocked = columns[masked_from : ks.stop] >= rr[:, None]
-                        np.copyto(S[:, masked_from - ks.start :], 0.0, where=blocked)
-                    if first:  # the sums start here
-                        np.matmul(S, v[b, i, ks], out=ar)
-                        np.matmul(S, ones[:n_keys], out=lr)
-                    else:
-                        np.add(ar, np.matmul(S, v[b, i, ks], out=part[:n_rows]), out=ar)
-                        np.add(lr, np.matmul(S, ones[:n_keys], out=part_total[:n_rows]), out=lr)
-                np.divide(1.0, l, out=l, where=l > 0)  # a row with no key keeps 0: output 0
-                np.multiply(a, l, out=heads_out[b, i, rs])
-
-
 def block_of(a: np.ndarray, seqs: slice, heads: slice, rows: slice) -> np.ndarray:
     """The (seqs, heads, rows, ...) block of an array of 3 or 4 axes (batch, heads, rows, ...)
     that broadcasts over its size-1 axes."""
@@ -510,10 +370,8 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
     query i may attend to keys 0 .. i + (n_k - n_q) (as :func:`lib.attention.causal_mask`),
     with no mask array built. A block of queries skips the keys none of its rows may
     attend to; ``skip_masked_blocks=False`` computes them anyway (and masks them), to
-    measure what skipping saves. Memory beyond the output: one tile of scores
-    (:data:`TILE_BYTES`) when every score is small (:func:`attend_in_tiles`), else one block
-    of query rows (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend
-    to gets 0.
+    measure what skipping saves. Memory beyond the output: one block of query rows
+    (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend to gets 0.
     """
     q, k, v, mask = V.attention_inputs(q, k, v, mask)
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])

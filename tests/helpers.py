@@ -30,14 +30,15 @@ def stub(*args, **kwargs):
 
 # --------------------------------------------------------------------------- lib's kernel sizes
 
-TINY_TILES = dict(TILE_ROWS=5, STRIP_ROWS=2, TILE_BYTES=5 * 3 * 8, TILES_MIN_KEYS=1)
-"""Tiles of 5 query rows by 3 (float64) or 6 (float32) keys, strips of 2 rows, used from 2 keys
-on: a score matrix of a dozen keys is cut into many tiles and strips."""
+TINY_BLOCKS = dict(ROW_BLOCK_BYTES=5 * 3 * 8, CAUSAL_MIN_ROWS=1)
+"""Blocks of one or two query rows of a dozen keys (float64; float32: up to 3 rows): a score
+matrix of a dozen rows is cut into many blocks, each skipping the keys its rows cannot reach,
+as a long one is."""
 
 
 @contextlib.contextmanager
 def kernel_sizes(**sizes):
-    """Set lib.blockwise's block and tile sizes (ROW_BLOCK_BYTES=..., TILE_ROWS=...) for the
+    """Set lib.blockwise's block sizes (ROW_BLOCK_BYTES=..., CAUSAL_MIN_ROWS=...) for the
     duration, so that a small problem is cut the way a long one is."""
     from lib import blockwise as BW
 

@@ -1,7 +1,7 @@
 """The checks of notebook 10's exercises: the right answers pass, and realistic mistakes, written
 as a student would write them, get their own messages. The references and mutants below are
-also added to the tables of tests/test_checks_robustness.py (wrong types and shapes, leaks of
-solution code) and tests/test_check_mutants.py (each mutant its own message; a hard-coded
+also added to the tables of tests/checks/test_checks_robustness.py (wrong types and shapes, leaks of
+solution code) and tests/checks/test_check_mutants.py (each mutant its own message; a hard-coded
 answer fails)."""
 
 import math

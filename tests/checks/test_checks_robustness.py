@@ -1,6 +1,6 @@
 """The exercise checks never crash and never give the solution away.
 
-tests/test_checks.py shows each check accepts the reference and names the classic mistakes.
+tests/checks/test_checks.py shows each check accepts the reference and names the classic mistakes.
 This file covers what it leaves out: answers of the wrong shape or type (None, a list
 instead of an array, a ragged list, a scalar), more mistakes students really make (d_k
 taken from the wrong axis, (weights, output) swapped, a heads axis not moved, ...), errors

@@ -3,7 +3,7 @@ the exception and fragments of its message (or None: the input is accepted, e.g.
 where arrays are expected).
 
 Every row builds its inputs when it runs and calls the library through its modules'
-attributes, so tests/test_validation_mutants.py can run the same table with one
+attributes, so tests/lib/test_validation_mutants.py can run the same table with one
 validation call of lib deleted and see a row fail.
 """
 

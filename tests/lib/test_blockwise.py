@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_TILES, kernel_sizes
+from helpers import TINY_BLOCKS, kernel_sizes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import assert_within, mha_tolerances, sdpa_tolerances, softmax_tolerances
@@ -20,9 +20,9 @@ from lib import blockwise as BW
 seeds = st.integers(min_value=0, max_value=2**32 - 1)
 
 
-def row_block_bytes(size, tiles=False):
-    """Blocks of query rows of `size` bytes; with `tiles`, tiny tiles (helpers.TINY_TILES)."""
-    return kernel_sizes(ROW_BLOCK_BYTES=size, CAUSAL_MIN_ROWS=1, **(TINY_TILES if tiles else {}))
+def row_block_bytes(size):
+    """Blocks of query rows of `size` bytes, however few rows that is."""
+    return kernel_sizes(ROW_BLOCK_BYTES=size, CAUSAL_MIN_ROWS=1)
 
 
 @st.composite
@@ -37,7 +37,6 @@ def cases(draw):
         block_q=draw(st.integers(1, 13)),
         block_k=draw(st.integers(1, 13)),
         row_bytes=draw(st.sampled_from([8, 64, 8 << 20])),
-        tiles=draw(st.booleans()),  # tiny tiles: used whenever the scores are small
         scale=draw(st.sampled_from([1.0, 8.0])),  # 8: scores too large to skip the max
         dtype=draw(st.sampled_from([np.float64, np.float32])),
         seed=draw(seeds),
@@ -75,7 +74,7 @@ def test_blockwise_forms_equal_the_plain_one(c):
     online = BW.online_softmax_attention(
         q, k, v, mask, causal=causal, block_q=c["block_q"], block_k=c["block_k"]
     )
-    with row_block_bytes(c["row_bytes"], c["tiles"]):
+    with row_block_bytes(c["row_bytes"]):
         fast = BW.attention(q, k, v, mask, causal=causal)
         unskipped = BW.attention(q, k, v, mask, causal=causal, skip_masked_blocks=False)
     for name, got in (("online", online), ("fast", fast), ("unskipped", unskipped)):
@@ -145,20 +144,19 @@ def test_the_online_update_gives_the_softmax_however_the_keys_are_split(rows, n,
 
 def test_the_blocked_kernel_needs_one_block_of_scores_not_the_matrix():
     """Peak memory NumPy allocates beyond the inputs and the output, measured by
-    tracemalloc: with small scores one tile (TILE_BYTES) and one head's K^T, with large ones
-    one block of rows (ROW_BLOCK_BYTES), and a little more (the scaled q, the row sums...);
-    the plain form needs the n x n matrix."""
+    tracemalloc: one block of rows (ROW_BLOCK_BYTES), small scores or large, and a little
+    more (the scaled q, the row sums...); the plain form needs the n x n matrix."""
     n, d = 4096, 16
     rng = np.random.default_rng(1)
     q, k, v = (rng.normal(size=(n, d)).astype(np.float32) for _ in range(3))
     out_bytes = n * d * 4
-    for scale, block in ((1, BW.TILE_BYTES), (8, BW.ROW_BLOCK_BYTES)):  # 8: large scores
+    for scale in (1, 8):  # 8: large scores, whose rows' maximum is subtracted
         for causal in (False, True):
             tracemalloc.start()
             BW.attention(scale * q, k, v, causal=causal)
             _, peak = tracemalloc.get_traced_memory()
             tracemalloc.stop()
-            assert peak - out_bytes <= block + 16 * n * d + (1 << 16), (scale, causal, peak)
+            assert peak - out_bytes <= BW.ROW_BLOCK_BYTES + 16 * n * d + (1 << 16), (scale, causal)
             assert peak < 0.15 * n * n * 4  # the n x n float32 matrix: 64 MiB
     tracemalloc.start()
     A.scaled_dot_product_attention(q, k, v)
@@ -190,8 +188,7 @@ def count_scores(kernel, q, k, v, plan, **options):
 
 
 def test_skipping_leaves_out_the_blocks_no_query_reaches():
-    """With a causal mask and B blocks of rows, (1 + 1/B) / 2 of the scores are computed.
-    Blocks of rows are the kernel when the scores are too large to skip the maximum."""
+    """With a causal mask and B blocks of rows, (1 + 1/B) / 2 of the scores are computed."""
     n = 1024
     rng = np.random.default_rng(2)
     q, k, v = (rng.normal(size=(1, 1, n, 8)) for _ in range(3))
@@ -204,66 +201,12 @@ def test_skipping_leaves_out_the_blocks_no_query_reaches():
     assert computed[True] == n * n * (1 + 1 / blocks) / 2
 
 
-@pytest.mark.parametrize("n", [2048, 1000])
-def test_tiles_compute_the_causal_triangle_and_half_a_strip_per_strip(n):
-    """With small scores the tiles compute every score the causal mask allows and, for each
-    strip of S rows on the diagonal, the S (S - 1) / 2 above it; without skipping, all n^2."""
-    rng = np.random.default_rng(2)
-    q, k, v = (rng.normal(size=(1, 1, n, 8)) / 4 for _ in range(3))
-    plan = BW.causal_plan(n, n)
-    strip = BW.STRIP_ROWS
-    strips = [min(strip, n - s0) for s0 in range(0, n, strip)]
-    want = n * (n + 1) // 2 + sum(s * (s - 1) // 2 for s in strips)
-    assert count_scores(BW.attend_in_tiles, q, k, v, plan) == want
-    assert count_scores(BW.attend_in_tiles, q, k, v, plan, skip=False) == n * n
-    assert want / n**2 < 0.5 + strip / (2 * n) + 1e-9
-
-
-@settings(max_examples=100)
-@given(
-    st.lists(st.integers(0, 23), min_size=1, max_size=17),
-    st.integers(1, 7),
-    st.integers(1, 9),
-    st.booleans(),
-)
-def test_row_tiles_cover_each_reachable_score_once(reach, keys, strip_keys, skip):
-    """Every (row, key) pair with key < reach[row] lies in exactly one tile, every other pair
-    in at most one, and masked there; a tile is masked from the first key some of its rows
-    cannot reach, and only then; with skip, no tile has a key none of its rows reaches."""
-    reach = np.array(reach)
-    n_k = int(reach.max()) + 3
-    n_rows = len(reach)
-    covered = np.zeros((n_rows, n_k), int)
-    started = np.zeros(n_rows, bool)
-    with kernel_sizes(STRIP_ROWS=3):
-        tiles = list(BW.row_tiles(reach, n_k, keys, strip_keys, skip=skip))
-    for rows, ks, masked_from, first in tiles:
-        row_ids = np.arange(n_rows)[rows]
-        assert first == (not started[row_ids].any()), (rows, ks)
-        assert first or started[row_ids].all()
-        started[row_ids] = True
-        covered[rows, ks] += 1
-        reachable = np.arange(ks.start, ks.stop)[None, :] < reach[row_ids, None]
-        if masked_from is None:
-            assert reachable.all()
-        else:
-            assert reachable[:, : masked_from - ks.start].all()
-            assert not reachable[:, masked_from - ks.start :].all(axis=0).any()
-        if skip:
-            assert reachable.any(axis=0).all()  # no key that none of its rows reaches
-    want = np.arange(n_k)[None, :] < reach[:, None]
-    assert (covered[want] == 1).all() and covered.max() <= 1  # unreachable ones: masked
-    if not skip:
-        np.testing.assert_array_equal(covered, np.ones_like(covered))
-    assert started[reach > 0].all()
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("kind", ["none", "causal", "causal flag", "padding", "causal&padding"])
-def test_small_scores_take_the_tiles_and_agree_with_the_plain_form(dtype, kind):
-    """The tiles are lib's kernel whenever the scores are small, the weights are not kept and
-    the mask is a prefix mask; cut tiny here, they must still give the plain form's answer,
-    with some queries that may attend to nothing."""
+def test_small_scores_skip_the_maximum_and_agree_with_the_plain_form(dtype, kind):
+    """When every score is small (BW.SAFE_SCORE) the kernel exponentiates without subtracting
+    each row's maximum; in tiny blocks of rows that skip what the mask leaves out, it must
+    still give the plain form's answer, with some queries that may attend to nothing."""
     rng = np.random.default_rng(7)
     n_q, n_k = 13, 17
     q, k, v = (rng.normal(size=(3, 2, n, 4)).astype(dtype) for n in (n_q, n_k, n_k))
@@ -277,37 +220,16 @@ def test_small_scores_take_the_tiles_and_agree_with_the_plain_form(dtype, kind):
     want, _ = A.scaled_dot_product_attention(
         q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), full
     )
-    calls = []
-    real = BW.attend_in_tiles
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs.get("skip", True))
-        return real(*args, **kwargs)
-
-    BW.attend_in_tiles = spy
-    try:
-        with kernel_sizes(**TINY_TILES):
-            got = {
-                skip: BW.attention(q, k, v, mask, causal=causal, skip_masked_blocks=skip)
-                for skip in (True, False)
-            }
-    finally:
-        BW.attend_in_tiles = real
-    assert calls == [True, False]
+    assert BW.scores_are_small(q, k, *(float(np.linalg.norm(a, axis=-1).max()) for a in (q, k)))
+    with kernel_sizes(**TINY_BLOCKS):
+        got = {
+            skip: BW.attention(q, k, v, mask, causal=causal, skip_masked_blocks=skip)
+            for skip in (True, False)
+        }
     tol = sdpa_tolerances(dtype, q, k, v, full)[1]
     for skip, out in got.items():
         assert out.dtype == dtype
         assert_within(out, want, tol, f"skip={skip}")
-
-
-def test_tiles_refuse_a_mask_they_cannot_apply():
-    """A mask that blocks a key before one it allows is not a prefix mask: the tiles, which
-    apply only prefix masks, must say so rather than ignore it."""
-    q = k = v = np.zeros((1, 1, 3, 2))
-    plan = BW.mask_plan(np.array([[[[True, False, True]]]]), 3, np.float64)
-    assert plan.add is not None
-    with pytest.raises(ValueError, match="prefix mask"):
-        BW.attend_in_tiles(q, k, v, np.empty_like(q), plan)
 
 
 def test_huge_values_give_their_weighted_mean_not_an_overflow():

@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_TILES, kernel_sizes
+from helpers import TINY_BLOCKS, kernel_sizes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import assert_within, mha_tolerances, sdpa_tolerances
@@ -335,9 +335,9 @@ def _decoded(p, x, prompt: bool):
     return np.concatenate([decoder(x[:, i : i + 1]) for i in range(x.shape[1])], axis=1)
 
 
-def _tiny_tiles(forward):
+def _tiny_blocks(forward):
     def run(*args, **kw):
-        with kernel_sizes(**TINY_TILES):  # small scores without weights take the tiles
+        with kernel_sizes(**TINY_BLOCKS):  # a long sequence's blocks, cut tiny
             return forward(*args, **kw)
 
     return run
@@ -346,7 +346,7 @@ def _tiny_tiles(forward):
 MHA_FORWARDS = {  # (x_q, x_kv, params, mask) -> output; the decoders: self-attention, causal
     "fast": lambda *a: BW.multi_head_attention(*a)[0],
     "fast, no weights": lambda *a: BW.multi_head_attention(*a, need_weights=False)[0],
-    "fast, no weights, tiles": _tiny_tiles(
+    "fast, no weights, tiny blocks": _tiny_blocks(
         lambda *a: BW.multi_head_attention(*a, need_weights=False)[0]
     ),
     "readable": lambda *a: A.multi_head_attention(*a)[0],
@@ -358,7 +358,7 @@ MHA_FORWARDS = {  # (x_q, x_kv, params, mask) -> output; the decoders: self-atte
 CORES = {  # (q, k, v, mask) -> output
     "scaled_dot_product_attention": lambda *a: A.scaled_dot_product_attention(*a)[0],
     "blockwise.attention": BW.attention,
-    "blockwise.attention, tiles": _tiny_tiles(BW.attention),
+    "blockwise.attention, tiny blocks": _tiny_blocks(BW.attention),
     "blockwise.online_softmax_attention": BW.online_softmax_attention,
 }
 
@@ -516,7 +516,7 @@ CAUSAL_FORWARDS = {  # (x_q, x_kv, params, mask, causal) -> output
     "readable": lambda *a, causal: A.multi_head_attention(*a, causal=causal)[0],
     "per head": lambda *a, causal: A.multi_head_attention_per_head(*a, causal=causal)[0],
     "fast": lambda *a, causal: BW.multi_head_attention(*a, causal=causal)[0],
-    "fast, no weights, tiles": _tiny_tiles(
+    "fast, no weights, tiny blocks": _tiny_blocks(
         lambda *a, causal: BW.multi_head_attention(*a, causal=causal, need_weights=False)[0]
     ),
     "mha_forward": lambda *a, causal: BP.mha_forward(*a, causal=causal)[0],

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_TILES, kernel_sizes
+from helpers import TINY_BLOCKS, kernel_sizes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import assert_within, mha_tolerances
@@ -110,7 +110,7 @@ def torch_gqa(params: A.MHAParams, x_q, x_kv, mask, repeat: bool):
 def test_gqa_matches_torch_and_the_same_layer_as_multi_head(c):
     params, x_q, x_kv, mask = build(c)
     out, weights = BW.multi_head_attention(x_q, x_kv, params, mask)
-    with kernel_sizes(**TINY_TILES):  # without weights, small scores take the tiles
+    with kernel_sizes(**TINY_BLOCKS):  # a long sequence's blocks, cut tiny
         out_only, none = BW.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
     w_tol, out_tol = mha_tolerances(c["dtype"], x_q, x_kv, params, mask)
     assert out.dtype == weights.dtype == c["dtype"] and none is None
@@ -226,7 +226,7 @@ class TorchDecoder:
 def test_decoding_with_a_cache_equals_recomputing_and_torch(
     batch, heads, d_k, steps, bias, dtype, seed, tiles
 ):
-    with kernel_sizes(**(TINY_TILES if tiles else {})):  # tiny tiles: prompts use them
+    with kernel_sizes(**(TINY_BLOCKS if tiles else {})):  # tiny blocks: prompts use them
         decode_and_compare(batch, heads, d_k, steps, bias, dtype, seed)
 
 

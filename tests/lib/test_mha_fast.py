@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import TINY_TILES, kernel_sizes
+from helpers import kernel_sizes
 from hypothesis import given
 from hypothesis import strategies as st
 from tolerances import assert_within, mha_tolerances
@@ -22,12 +22,11 @@ def rng():
     return np.random.default_rng(5)
 
 
-def block_bytes(rows, group=None, tiles=False):
+def block_bytes(rows, group=None):
     """Make the blocks tiny, so that a small problem is cut into many blocks: blocks of
-    query rows of `rows` bytes, groups of whole score matrices of `group` bytes; with
-    `tiles`, tiny tiles (helpers.TINY_TILES)."""
+    query rows of `rows` bytes, groups of whole score matrices of `group` bytes."""
     group = rows if group is None else group
-    return kernel_sizes(ROW_BLOCK_BYTES=rows, GROUP_BYTES=group, **(TINY_TILES if tiles else {}))
+    return kernel_sizes(ROW_BLOCK_BYTES=rows, GROUP_BYTES=group)
 
 
 def random_mask(rng, kind, batch, h, n_q, n_k):
@@ -61,7 +60,6 @@ def cases(draw):
         scale=draw(st.sampled_from([1.0, 30.0])),  # 30: scores too big to skip the max
         block=draw(st.sampled_from([8, 40, 200, 2 << 20])),
         group=draw(st.sampled_from([8, 40, 200, 1000, 2 << 20])),
-        tiles=draw(st.booleans()),
         dtype=draw(st.sampled_from([np.float64, np.float32])),
         seed=draw(seeds),
     )
@@ -77,7 +75,7 @@ def test_fast_version_equals_the_readable_version(c):
     x_kv = x_q if c["self_attention"] else rng.normal(size=(c["batch"], n_k, d)).astype(c["dtype"])
     mask = random_mask(rng, c["mask"], c["batch"], c["h"], c["n_q"], n_k)
     want_out, want_w = A.multi_head_attention(x_q, x_kv, params, mask)
-    with block_bytes(c["block"], c["group"], c["tiles"]):
+    with block_bytes(c["block"], c["group"]):
         out, w = BW.multi_head_attention(x_q, x_kv, params, mask)
         out_only, none = BW.multi_head_attention(x_q, x_kv, params, mask, need_weights=False)
     w_tol, out_tol = mha_tolerances(c["dtype"], x_q, x_kv, params, mask)

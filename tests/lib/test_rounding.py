@@ -253,7 +253,7 @@ def test_a_result_off_by_1000_ulps_fails_it(dtype, depth):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_suites_small_attention_cases_catch_1000_ulps(dtype):
-    """The contract's cases (tests/test_contract.py) have d_model <= 12: there, the derived
+    """The contract's cases (tests/lib/test_contract.py) have d_model <= 12: there, the derived
     tolerance of a multi-head output entry is under 1000 ulps of that entry for most
     entries, so a result off by 1000 ulps in the largest entry fails."""
     rng = np.random.default_rng(1)

@@ -4,7 +4,7 @@ For every call of ``lib._validate`` (imported as ``V``, or ``V_`` in lib.lists),
 checks that live beside their one caller (:data:`LOCAL_CHECKS`), in the modules that use
 them, the function containing the call is recompiled from its source with that one call
 deleted and put in place of the original; the table of
-tests/test_bad_inputs.py then runs, and at least one row must fail. A call "deleted" means:
+tests/lib/test_bad_inputs.py then runs, and at least one row must fail. A call "deleted" means:
 a check used as a statement (``V.finite(x, "x")``) or a ``raise V.overflow(...)`` becomes
 ``pass``; a predicate (``V.all_finite(out)``) answers True; a check whose value is used
 returns what it was given, unconverted and unchecked (``V.real_array(x, "x")`` -> ``x``),
