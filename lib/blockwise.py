@@ -14,18 +14,11 @@ exact. Two ways to cut it up:
   running (unnormalised) output, the last two rescaled whenever the maximum grows
   (:func:`online_softmax_update`). Memory: block_q x block_k numbers, whatever n is.
 
-Both skip what a mask makes useless: a block of queries never computes scores for keys
-after the last one any of its rows may attend to. With a causal mask that is about half
-of all scores (:func:`attention` with ``causal=True``).
-
-:func:`multi_head_attention` is the fast multi-head forward that
-:func:`lib.attention.multi_head_attention` delegates to: one fused projection, heads as
-views of it, the kernel above, the output projection. It keeps the contract of every
-multi-head forward of lib (README, "Conventions").
-
-The block sizes below were measured on the course's 2-core machine; ``make bench`` checks the
-kernel against its bars on every kernel set the CPU can run (AVX-512 and AVX2), and a speed
-trick stays only if it wins on both (docs/benchmarks.md, "What was removed, and why").
+Both skip the keys a mask makes useless (about half of all scores with a causal mask).
+:func:`multi_head_attention` is lib's fast path: what :func:`lib.attention.multi_head_attention`
+computes, organised around the first kernel. The block sizes below were measured on the
+course's machine; a speed trick stays only if it wins on every kernel set ``make bench`` can
+run (AVX-512 and AVX2; docs/benchmarks.md, "What was removed, and why").
 """
 
 from __future__ import annotations
@@ -43,46 +36,35 @@ from . import attention as A
 # --------------------------------------------------------------------------- block sizes
 
 GROUP_BYTES = 2 << 20
-"""Bytes of scores per block of whole score matrices (several heads, or several sequences,
-when sequences are short): 2 MB stays within one core's L2 cache, so the softmax's passes
-over a block run from L2."""
+"""Bytes of scores per block of whole score matrices (several heads or sequences, when they
+are short): 2 MB stays in one core's L2 cache, where the softmax's passes run."""
 
 ROW_BLOCK_BYTES = 8 << 20
-"""Bytes of scores per block of query rows of one long score matrix: up to 8 MB (it then
-sits in the shared L3), so that BLAS gets products of about a thousand rows and packs K and
-V fewer times. Both sizes measured a few per cent faster than the other choice at the
-shapes ``make bench`` uses. Tiles that fit one core's L2, with a base-2 exponential, were
-faster with AVX-512 kernels and 1.24-1.42x slower with AVX2 ones, so lib has none
-(docs/benchmarks.md, "What was removed, and why")."""
+"""Bytes of scores per block of query rows of one long score matrix: up to 8 MB (in the
+shared L3), so that BLAS gets products of about a thousand rows. Both sizes measured a few
+per cent faster than the other choice at the bench's shapes (docs/benchmarks.md)."""
 
 WEIGHTS_ROW_BLOCK_BYTES = 4 << 20
-"""The same when the weights are kept: a block is then computed in the returned weights'
-own memory (no copy from a scratch block), which is memory touched for the first time, and
-4 MB blocks measured 10-25 % faster than 8 MB ones at (2, 2048, 512, 8)."""
+"""The same when the weights are kept (a block is then computed in the returned weights'
+own memory): 4 MB blocks measured 10-25 % faster than 8 MB ones at (2, 2048, 512, 8)."""
 
 CAUSAL_BLOCKS = 16
 CAUSAL_MIN_ROWS = 128
-"""With a mask whose rows reach different numbers of keys (causal), a score matrix is cut
-into up to CAUSAL_BLOCKS blocks of query rows, so that skipping the keys no row of a block
-reaches saves nearly half of the work: with B blocks the work left is (1 + 1/B) / 2 of the
-full matrix (0.53 with 16), but blocks keep at least CAUSAL_MIN_ROWS rows, below which
-BLAS products get small and the Python loop's overhead shows (measured: ``make bench``,
-section ``scale``)."""
+"""With a causal mask a score matrix is cut into up to CAUSAL_BLOCKS blocks of query rows:
+with B blocks the work left after skipping is (1 + 1/B) / 2 of the matrix (0.53 with 16).
+Blocks keep at least CAUSAL_MIN_ROWS rows, below which the Python loop's overhead shows."""
 
 SAFE_SCORE = {np.dtype(np.float32): 30.0, np.dtype(np.float64): 300.0}
-"""Largest |score| for which exp(score) is used without subtracting the row's maximum: far
-from overflow and underflow (float32: exp(+-88); float64: exp(+-709)), so every weight
-keeps full relative precision."""
+"""Largest |score| for which exp(score) is taken without subtracting the row's maximum: far
+from exp's overflow and underflow (float32: +-88; float64: +-709)."""
 
 
 SPARE_WEIGHTS_BYTES = 16 << 20
-"""Weights arrays at least this large (per-head weights, ``need_weights=True``) are carved
-from memory lib keeps: the memory of the last such array, once nothing refers to it any
-more, is reused by the next one. Writing into memory touched for the first time costs a page
-fault per page, and at the bench's largest shapes that was most of the cost of keeping the
-weights: without the reuse lib + weights took up to 1.33x the time of nn.MultiheadAttention
-keeping them, with it at most 0.92x, on both kernel sets (bench/results/2026-11-25-weights-
-pool.txt; docs/benchmarks.md). :func:`release_spare_weights` gives the memory back."""
+"""Weights arrays at least this large (``need_weights=True``) reuse the memory of the last
+one once nothing refers to it: memory touched for the first time costs a page fault per
+page, most of the cost of keeping the weights. Without the reuse lib + weights took up to
+1.33x the time of nn.MultiheadAttention keeping them, with it at most 0.92x, on both kernel
+sets (bench/results/2026-11-25-weights-pool.txt). :func:`release_spare_weights` lets go."""
 
 
 class _Spare:
@@ -146,10 +128,8 @@ def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, b
     mask: boolean, broadcastable to (..., n_q, n_k), True = may attend; ``causal=True``:
     query i may attend to keys 0 .. i + (n_k - n_q), without a mask array (as
     :func:`lib.attention.causal_mask`), and tiles that no query may attend to are skipped.
-    Returns the output (..., n_q, d_v); a query with nothing to attend to gets 0.
-
-    Written for reading, not speed: a Python loop over tiles. :func:`attention` is the
-    fast exact kernel.
+    Returns the output (..., n_q, d_v); a query with nothing to attend to gets 0. Written
+    for reading, not speed (a Python loop over tiles): :func:`attention` is the fast kernel.
     """
     q, k, v, mask = V.attention_inputs(q, k, v, mask)
     block_q = V.count(block_q, "block_q")
@@ -197,44 +177,47 @@ def _tiles(q, k, v, mask, causal, block_q, block_k, lead, dtype):
 
 @dataclass(frozen=True)
 class MaskPlan:
-    """How a boolean mask is applied block by block.
-
-    reach: ints broadcasting to (batch, heads, rows): row r attends only among keys
-    0 .. reach - 1, so a block of rows can leave out the keys after its largest reach.
-    add: None when the mask is a *prefix* mask (each row's allowed keys are exactly
-    0 .. reach - 1: causal, padding, or both), which ``reach`` describes completely;
-    otherwise the mask as an additive array (0 = may attend, -inf = not) broadcasting to
-    (batch, heads, rows, n_k).
-    """
+    """How a boolean mask is applied block by block. reach: ints broadcasting to (batch,
+    heads, rows): row r attends only among keys 0 .. reach - 1, so a block of rows leaves
+    out the keys after its largest reach. add: None for a *prefix* mask (causal, padding or
+    both: reach says it all), else the mask as 0 / -inf broadcasting to (batch, heads, rows,
+    n_k)."""
 
     reach: np.ndarray
     add: np.ndarray | None = None
 
 
-def mask_plan(mask: np.ndarray, n_k: int, dtype) -> MaskPlan:
-    """The plan for a boolean mask of four axes (batch|1, heads|1, rows|1, n_k|1)."""
-    mask = np.broadcast_to(mask, mask.shape[:-1] + (n_k,))
-    allowed = mask.any(axis=-1)
-    reach = np.where(allowed, n_k - np.argmax(mask[..., ::-1], axis=-1), 0)
-    if not np.any(mask[..., 1:] & ~mask[..., :-1]):  # no key allowed after a blocked one
-        return MaskPlan(reach)
-    dtype = np.dtype(dtype)
-    return MaskPlan(reach, np.where(mask, dtype.type(0), dtype.type(-np.inf)))
+def make_plan(mask, causal: bool, n_q: int, n_k: int, dtype, n_kv_heads=1, group=1):
+    """The MaskPlan of a boolean mask of four axes (batch|1, heads|1, n_q|1, n_k|1), or None,
+    and ``causal`` (alone, it builds no mask); None when every key may be attended to. With
+    group > 1 its rows follow the queries stacked by group: (batch|1, n_kv_heads, group * n_q),
+    row i * n_q + t of key/value head j being query t of head j * group + i."""
+    if mask is None and not causal:
+        return None
+    if mask is None:  # causal: query i reaches keys 0 .. i + (n_k - n_q)
+        reach, add = np.clip(np.arange(1, n_q + 1) + (n_k - n_q), 0, n_k)[None, None, :], None
+    else:
+        mask = A.with_causal(mask, n_q, n_k) if causal else mask
+        mask = np.broadcast_to(mask, mask.shape[:-1] + (n_k,))
+        reach = np.where(mask.any(axis=-1), n_k - np.argmax(mask[..., ::-1], axis=-1), 0)
+        prefix = not np.any(mask[..., 1:] & ~mask[..., :-1])  # no allowed key after a blocked one
+        dtype = np.dtype(dtype)
+        add = None if prefix else np.where(mask, dtype.type(0), dtype.type(-np.inf))
 
+    def stacked(a):  # (batch|1, heads|1, n_q|1, ...) -> (batch|1, kv heads, group * n_q, ...)
+        if group == 1:
+            return a
+        full = np.broadcast_to(a, (a.shape[0], n_kv_heads * group, n_q) + a.shape[3:])
+        return full.reshape((a.shape[0], n_kv_heads, group * n_q) + a.shape[3:])
 
-def causal_plan(n_q: int, n_k: int) -> MaskPlan:
-    """The plan of :func:`lib.attention.causal_mask` (n_q, n_k), without building it."""
-    return MaskPlan(np.clip(np.arange(1, n_q + 1) + (n_k - n_q), 0, n_k)[None, None, :])
+    return MaskPlan(stacked(reach), None if add is None else stacked(add))
 
 
 def weighted_means(attend, v: np.ndarray) -> np.ndarray:
-    """``attend(v)``, the output of attention over the values v, computed so that it is finite
-    whenever the answer is: each output row is a weighted mean of v's rows, which fits the
-    dtype whenever v does. The kernels sum exp(score) * v before dividing by the sum of
-    exp(score) (d_v divisions per row instead of n_k), and with huge values that sum can
-    overflow where the answer does not; then the output is ``attend(v / top) * top``, with top
-    v's largest |entry|. (A v holding inf, from an overflowed projection, is left for the
-    caller to explain.)"""
+    """``attend(v)``, finite whenever the answer is. Each output row is a weighted mean of v's
+    rows, but the kernels sum exp(score) * v before dividing (d_v divisions per row, not n_k),
+    and with huge values that sum can overflow: then ``attend(v / top) * top``, with top v's
+    largest |entry|. (A v holding inf is left for the caller to explain.)"""
     out = attend(v)
     if not V.all_finite(out):
         top = float(np.abs(v).max())
@@ -253,9 +236,8 @@ def attend_in_blocks(
     v: (batch, heads, n_k, d_v). Writes heads_out (batch, heads, rows, d_v) and, unless it
     is None, weights (batch, heads, rows, n_k). ``plan``: the mask (None: every key).
     ``small``: every |score| <= :data:`SAFE_SCORE`, so exp needs no shift by the row's
-    maximum. ``skip=False`` computes every key of every block (to measure what skipping
-    saves). Unchecked: the callers check the inputs and that the scores fit the dtype.
-    Huge values whose weighted means fit are no overflow (:func:`weighted_means`).
+    maximum. ``skip=False`` computes every key (to measure what skipping saves). Unchecked:
+    the callers check the inputs and that the scores fit the dtype.
     """
 
     def attend(values):
@@ -349,10 +331,9 @@ def scores_are_small(q, k, q_norm: float, k_norm: float) -> bool:
 
 
 def unread_values_finite(v: np.ndarray, plan: MaskPlan | None) -> bool:
-    """The values of keys that no query reaches (padding, say) are never read by the kernel,
-    so an overflow in them would go unseen; the other forwards multiply them by 0 and get
-    NaN. Looking at them (none, with a causal mask) makes all forwards agree.
-    v: (batch, heads, n_k, d_v)."""
+    """Whether the values of keys no query reaches (padding, say; v: (batch, heads, n_k,
+    d_v)) are finite: the kernel never reads them, the other forwards multiply them by 0 and
+    get NaN from an overflow there. Looking at them makes all forwards agree."""
     if plan is None:
         return True
     unread = np.arange(v.shape[2]) >= plan.reach.max(axis=-1, keepdims=True)  # (b|1, h|1, n_k)
@@ -365,13 +346,10 @@ def unread_values_finite(v: np.ndarray, plan: MaskPlan | None) -> bool:
 def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> np.ndarray:
     """Exact softmax(q k^T / sqrt(d_k)) v with lib's blocked kernels: the output only.
 
-    q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v), leading axes broadcast;
-    mask: boolean, broadcastable to (..., n_q, n_k), True = may attend. ``causal=True``:
-    query i may attend to keys 0 .. i + (n_k - n_q) (as :func:`lib.attention.causal_mask`),
-    with no mask array built. A block of queries skips the keys none of its rows may
-    attend to; ``skip_masked_blocks=False`` computes them anyway (and masks them), to
-    measure what skipping saves. Memory beyond the output: one block of query rows
-    (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend to gets 0.
+    Arguments as :func:`online_softmax_attention`. A block of queries skips the keys none
+    of its rows may attend to; ``skip_masked_blocks=False`` computes them anyway (and masks
+    them), to measure what skipping saves. Memory beyond the output: one block of query
+    rows (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend to gets 0.
     """
     q, k, v, mask = V.attention_inputs(q, k, v, mask)
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -382,26 +360,20 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
         out[...] = 0.0
         return out
     q = q * (1.0 / math.sqrt(q.shape[-1]))  # a Python float keeps float32 in float32
-    q_norm, k_norm = V.largest_row_norm(q), V.largest_row_norm(k)
-    if not V.scores_fit(q, k, q_norm, k_norm):
-        raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
 
     def four_axes(a):  # (..., n, d) -> (prod(lead), 1, n, d); a view when nothing broadcasts
         return np.broadcast_to(a, lead + a.shape[-2:]).reshape((-1, 1) + a.shape[-2:])
 
-    if causal and mask is not None:
-        mask = mask & A.causal_mask(n_q, n_k)
-    plan = causal_plan(n_q, n_k) if causal and mask is None else None
     if mask is not None:  # four axes (batch|1, 1, n_q|1, n_k|1), broadcast only where needed
         mask = mask.reshape((1,) * (len(lead) + 2 - mask.ndim) + mask.shape)
         if any(n != 1 for n in mask.shape[:-2]):
             mask = np.broadcast_to(mask, lead + mask.shape[-2:])
-        plan = mask_plan(mask.reshape((-1, 1) + mask.shape[-2:]), n_k, dtype)
-    small = scores_are_small(q, k, q_norm, k_norm)
-    q4, k4, v4 = (four_axes(a) for a in (q, k, v))
+        mask = mask.reshape((-1, 1) + mask.shape[-2:])
+    plan = make_plan(mask, causal, n_q, n_k, dtype)
     out4 = out.reshape((-1, 1, n_q, v.shape[-1]))
     with np.errstate(over="ignore", invalid="ignore"):  # huge values: see weighted_means
-        attend_in_blocks(q4, k4, v4, out4, plan=plan, small=small, skip=skip_masked_blocks)
+        if not attend(*(four_axes(a) for a in (q, k, v)), out4, None, plan, skip_masked_blocks):
+            raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
     return out
 
 
@@ -409,10 +381,9 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
 
 
 def project_heads(x_q, x_kv, p: A.MHAParams, fuse: bool):
-    """q (batch, n_q, heads, d_k), pre-scaled by 1/sqrt(d_k); k, v (batch, kv heads, n_k,
-    d_k): views of the projections. Self-attention (``fuse``) projects with one matmul by
-    [W_q / sqrt(d_k) | W_k | W_v]; the scale folded into W_q and b_q costs d^2
-    multiplications instead of n_q * n_k."""
+    """q (batch, n_q, heads, d_k), scaled by 1/sqrt(d_k) through W_q and b_q (d^2
+    multiplications, not n_q * n_k); k, v (batch, kv heads, n_k, d_k); views of the
+    projections, one matmul by [W_q | W_k | W_v] for self-attention (``fuse``)."""
     batch, n_q, d = x_q.shape
     n_k = x_kv.shape[1]
     scale = 1.0 / math.sqrt(p.d_k)  # a Python float keeps float32 in float32
@@ -432,30 +403,7 @@ def project_heads(x_q, x_kv, p: A.MHAParams, fuse: bool):
     return q.reshape(batch, n_q, p.n_heads, p.d_k), k, v
 
 
-def grouped_rows(a: np.ndarray, n_kv_heads: int, group: int, n_q: int) -> np.ndarray:
-    """An array of (batch|1, heads|1, n_q|1, ...) laid out as (batch|1, kv heads,
-    group * n_q, ...): row i * n_q + t of key/value head j is query t of head j * group + i,
-    so that a group's queries are one matrix and each key block is read once for them."""
-    if group == 1:
-        return a
-    full = np.broadcast_to(a, (a.shape[0], n_kv_heads * group, n_q) + a.shape[3:])
-    return full.reshape((a.shape[0], n_kv_heads, group * n_q) + a.shape[3:])
-
-
-def grouped_plan(mask, causal: bool, n_q: int, n_k: int, n_kv_heads: int, group: int, dtype):
-    """The plan of a mask (four axes, or None) and of ``causal``, for queries stacked by
-    group (:func:`grouped_rows`); causal alone builds no mask."""
-    if causal and mask is None:
-        plan = causal_plan(n_q, n_k)
-    elif mask is not None:
-        plan = mask_plan(A.with_causal(mask, n_q, n_k) if causal else mask, n_k, dtype)
-    else:
-        return None
-    add = None if plan.add is None else grouped_rows(plan.add, n_kv_heads, group, n_q)
-    return MaskPlan(grouped_rows(plan.reach, n_kv_heads, group, n_q), add)
-
-
-def attend(q, k, v, heads_out, weights, plan: MaskPlan | None) -> bool:
+def attend(q, k, v, heads_out, weights, plan: MaskPlan | None, skip=True) -> bool:
     """The kernel with its checks: False, computing nothing, when a score would not be a
     finite number (an overflow) or a value no query reads overflowed."""
     q_norm, k_norm = V.largest_row_norm(q), V.largest_row_norm(k)
@@ -464,27 +412,24 @@ def attend(q, k, v, heads_out, weights, plan: MaskPlan | None) -> bool:
     if not unread_values_finite(v, plan):
         return False
     small = scores_are_small(q, k, q_norm, k_norm)
-    attend_in_blocks(q, k, v, heads_out, weights, plan, small=small)
+    attend_in_blocks(q, k, v, heads_out, weights, plan, small=small, skip=skip)
     return True
 
 
 def multi_head_attention(
     x_q, x_kv, params: A.MHAParams, mask=None, *, causal=False, need_weights: bool = True
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """lib's fast multi-head attention: what :func:`lib.attention.multi_head_attention`
-    computes (same arguments, results and errors), organised for speed: one fused
-    projection, heads as views of it, each group's queries stacked so that a key block is
-    read once for the group, the scores in blocks that stay in the CPU's cache, the keys a
-    block of queries cannot reach skipped (``causal=True`` is planned without building a
-    mask), the rows normalised after ``P @ V``."""
+    """lib's fast path: :func:`lib.attention.multi_head_attention` (same arguments, results
+    and errors) with one fused projection, each group's queries stacked so that a key block
+    is read once for them, the scores in cache-sized blocks, the keys a block cannot reach
+    skipped (``causal=True`` builds no mask) and the rows normalised after ``P @ V``."""
     self_attention = x_q is x_kv
     x_q, x_kv, p, mask, unbatched = A.prepare_mha(x_q, x_kv, params, mask)
     batch, n_q, d = x_q.shape
     n_k = x_kv.shape[1]
     kv, g, d_k, dtype = p.n_kv_heads, p.group, p.d_k, x_q.dtype
-    if batch * n_q * n_k == 0:  # every query attends to nothing: the output is b_o
-        out = np.zeros((batch, n_q, d), dtype) + (0 if p.b_o is None else p.b_o)
-        weights = np.zeros((batch, p.n_heads, n_q, n_k), dtype) if need_weights else None
+    if batch * n_q * n_k == 0:  # nothing to compute: the readable form's b_o, or nothing
+        out, weights = A.multi_head_attention(x_q, x_kv, p, mask, need_weights=need_weights)
     else:
         weights = new_weights((batch, p.n_heads, n_q, n_k), dtype) if need_weights else None
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is explained below
@@ -493,7 +438,7 @@ def multi_head_attention(
             rows = rows.reshape(batch, kv, g * n_q, d_k)  # the group's queries, stacked
             heads = np.empty((batch, kv, g * n_q, d_k), dtype)
             w_rows = None if weights is None else weights.reshape(batch, kv, g * n_q, n_k)
-            plan = grouped_plan(mask, causal, n_q, n_k, kv, g, dtype)
+            plan = make_plan(mask, causal, n_q, n_k, dtype, kv, g)
             fine = attend(rows, k, v, heads, w_rows, plan)
             concat = heads.reshape(batch, kv, g, n_q, d_k).transpose(0, 3, 1, 2, 4)
             out = A.project(concat.reshape(batch * n_q, d), p.W_o, p.b_o)

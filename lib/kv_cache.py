@@ -204,7 +204,7 @@ class Decoder:
                 weights = A.softmax_inplace(rows @ keys.transpose(0, 1, 3, 2))  # (b, kv, g, end)
                 heads = (weights @ values).reshape(batch, d)  # (batch, kv, g, d_k) flattened
             elif fine:  # a prompt: causal among the new tokens, queries stacked per group
-                plan = BW.grouped_plan(None, True, t, end, kv, g, dtype)
+                plan = BW.make_plan(None, True, t, end, dtype, kv, g)
                 out_rows = np.empty((batch, kv, g * t, d_k), dtype)
                 small = BW.scores_are_small(rows, keys, q_norm, k_norm)
                 BW.attend_in_blocks(rows, keys, values, out_rows, None, plan, small=small)

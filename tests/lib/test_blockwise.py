@@ -193,7 +193,9 @@ def test_skipping_leaves_out_the_blocks_no_query_reaches():
     rng = np.random.default_rng(2)
     q, k, v = (rng.normal(size=(1, 1, n, 8)) for _ in range(3))
     computed = {
-        skip: count_scores(BW.attend_in_blocks, q, k, v, BW.causal_plan(n, n), skip=skip)
+        skip: count_scores(
+            BW.attend_in_blocks, q, k, v, BW.make_plan(None, True, n, n, np.float64), skip=skip
+        )
         for skip in (True, False)
     }
     blocks = n // max(BW.CAUSAL_MIN_ROWS, -(-n // BW.CAUSAL_BLOCKS))
