@@ -419,6 +419,3 @@ def mha_nonfinite(p, x_q: np.ndarray, x_kv: np.ndarray, *, scores_of=None, cache
                 raise overflow(what, dtype, {"q": q, "k": k} | added)
     output = {"v": v, "W_o": p.W_o} | ({} if p.b_o is None else {"b_o": p.b_o})
     raise overflow(OUTPUT, dtype, output)
-
-
-# --------------------------------------------------------------------------- grouped heads
