@@ -1,29 +1,7 @@
-"""The checks every attention entry point of ``lib`` runs on its inputs: one function per rule,
-one wording per message.
-
-Each entry point (the NumPy forwards of :mod:`lib.attention`, :mod:`lib.backprop`,
-:mod:`lib.tiny`, the list version :mod:`lib.lists`, :mod:`lib.torch_bridge`) calls these
-functions instead of checking in its own words, so that the same mistake gets the same
-``ValueError`` wherever it is made. The rules (the README's "Conventions" says them once for
-users):
-
-- counts (head counts, d_model, lengths) are whole numbers: ``int`` or a NumPy integer, never
-  ``bool`` or ``float``, and at least 1 (0 where an empty sequence is allowed);
-- arrays hold real numbers: lists and tuples are converted, floating arrays keep their dtype,
-  integer arrays become float64; booleans, complex numbers, strings and objects are refused;
-- arrays of different float dtypes are promoted as NumPy promotes them: the result's dtype is
-  ``np.result_type`` of the inputs, weights and biases, and every step is computed in it
-  (:func:`promoted`), so a float64 answer has float64's accuracy;
-- NaN and +-inf are refused wherever they appear (inputs, weights, biases, gradients), with
-  the array's name and the index of the first one; so are finite numbers whose products
-  overflow the dtype (the projections, the scores, the output), with the arrays involved
-  and where their largest entries are;
-- masks are boolean, True = may attend, and broadcast to the scores without growing them;
-- ``MHAParams`` holds (d_model, d_model) W_q and W_o, W_k and W_v with n_kv_heads heads,
-  and either all four biases or none.
-
-A check that only one function needs lives beside that function (``lib.attention``'s
-``_mha_inputs``, ``lib.positions``' ``_base``, ``lib.lists``' ``_list_matrix``...).
+"""The checks the attention entry points of ``lib`` share: one function per rule, one
+wording per message, so that the same mistake gets the same ``ValueError`` wherever it is
+made. The rules are the README's "Conventions". A check that only one function needs lives
+beside that function (``lib.attention``'s ``_mha_inputs``, ``lib.positions``' ``_base``...).
 
 Every entry point checks its inputs and parameters for NaN and inf before computing (one
 pass over each), then checks its result once: a NaN or inf there can only be an overflow,
@@ -85,6 +63,19 @@ def heads(d_model, n_heads) -> int:
             f"valid head counts for d_model={d_model} are {divisors(d_model)}"
         )
     return d_model // n_heads
+
+
+def kv_heads(n_heads, n_kv_heads) -> int:
+    """The group size n_heads / n_kv_heads, for a key/value head count that divides n_heads."""
+    n_heads = count(n_heads, "n_heads")
+    n_kv_heads = count(n_kv_heads, "n_kv_heads")
+    if n_heads % n_kv_heads:
+        raise ValueError(
+            f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}: each key/value head "
+            f"serves n_heads / n_kv_heads query heads; valid key/value head counts for "
+            f"n_heads={n_heads} are {divisors(n_heads)}"
+        )
+    return n_heads // n_kv_heads
 
 
 # --------------------------------------------------------------------------- arrays
@@ -167,6 +158,15 @@ def _finite_together(arrays: list[np.ndarray]) -> bool:
     return all_finite(np.concatenate([a.ravel() for a in arrays]))
 
 
+def gradients(grads: dict[str, np.ndarray], d_out: np.ndarray) -> None:
+    """Gradients computed from finite numbers can still overflow: refuse them, by name."""
+    if _finite_together(list(grads.values())):
+        return
+    for name, g in grads.items():
+        if not all_finite(g):
+            raise overflow(f"the gradient of {name} (from d_out)", g.dtype, {"d_out": d_out})
+
+
 _ONE_PASS = 1 << 16  # numbers: below this, copying them into one array is the cheaper way
 
 
@@ -219,6 +219,19 @@ def same_keys(k_shape, v_shape, names=("k", "v")) -> None:
         )
 
 
+def integers(values, name: str) -> np.ndarray:
+    """A 1-D array (or list) of integers, any sign; an empty list is an empty array of them
+    (``np.asarray([])`` alone would be float64)."""
+    values = np.asarray(values)
+    if values.ndim == 1 and values.size == 0:
+        values = values.astype(np.int64)
+    if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
+        raise ValueError(
+            f"{name} must be a 1-D array of integers, got {values.dtype} {values.shape}"
+        )
+    return values
+
+
 # --------------------------------------------------------------------------- masks
 
 _CONVERT = {
@@ -250,32 +263,41 @@ def bool_mask(mask) -> np.ndarray:
 def mask(mask, scores_shape: tuple[int, ...], axes: str = "(..., n_q, n_k)") -> np.ndarray:
     """A boolean mask that broadcasts to the scores' shape without growing it."""
     mask = bool_mask(mask)
+    fits_scores(mask.shape, "mask", scores_shape, axes)
+    return mask
+
+
+def fits_scores(shape: tuple, name: str, scores_shape: tuple, axes: str) -> None:
+    """An array of ``shape`` (a mask, a score bias) broadcasts to the scores' shape without
+    growing it; ``axes`` names the scores' axes, e.g. '(batch, heads, n_q, n_k)'."""
     try:
-        grown = np.broadcast_shapes(mask.shape, scores_shape)
+        grown = np.broadcast_shapes(shape, scores_shape)
     except ValueError:
         grown = None
     if grown != tuple(scores_shape):
         raise ValueError(
-            f"mask of shape {mask.shape} cannot broadcast to the attention scores' shape "
+            f"{name} of shape {shape} cannot broadcast to the attention scores' shape "
             f"{tuple(scores_shape)} {axes}"
         )
-    return mask
 
 
-# --------------------------------------------------------------------------- positions
-
-
-def integers(values, name: str) -> np.ndarray:
-    """A 1-D array (or list) of integers, any sign; an empty list is an empty array of them
-    (``np.asarray([])`` alone would be float64)."""
-    values = np.asarray(values)
-    if values.ndim == 1 and values.size == 0:
-        values = values.astype(np.int64)
-    if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
-        raise ValueError(
-            f"{name} must be a 1-D array of integers, got {values.dtype} {values.shape}"
-        )
-    return values
+def attention_inputs(q, k, v, attn_mask):
+    """The inputs of scaled dot-product attention, checked and returned as arrays: q, k, v
+    real, of at least 2 axes, sharing d_k (q, k) and n_k (k, v), leading axes that broadcast,
+    finite, in their common dtype; the mask (if any) boolean and broadcasting to the scores
+    (..., n_q, n_k)."""
+    q, k, v = real_array(q, "q"), real_array(k, "k"), real_array(v, "v")
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
+    same_d_k(q.shape, k.shape)
+    same_keys(k.shape, v.shape)
+    lead = leading_axes({"q": q.shape, "k": k.shape, "v": v.shape})
+    finite_all({"q": q, "k": k, "v": v})
+    if attn_mask is not None:
+        attn_mask = mask(attn_mask, lead + (q.shape[-2], k.shape[-2]))
+    dtype = np.result_type(q, k, v)  # NumPy's promotion, applied before any step (promoted)
+    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
+    return q, k, v, attn_mask
 
 
 # --------------------------------------------------------------------------- multi-head
@@ -397,47 +419,3 @@ def mha_nonfinite(p, x_q: np.ndarray, x_kv: np.ndarray, *, scores_of=None, cache
                 raise overflow(what, dtype, {"q": q, "k": k} | added)
     output = {"v": v, "W_o": p.W_o} | ({} if p.b_o is None else {"b_o": p.b_o})
     raise overflow(OUTPUT, dtype, output)
-
-
-# --------------------------------------------------------------------------- grouped heads
-
-
-def gradients(grads: dict[str, np.ndarray], d_out: np.ndarray) -> None:
-    """Gradients computed from finite numbers can still overflow: refuse them, by name."""
-    if _finite_together(list(grads.values())):
-        return
-    for name, g in grads.items():
-        if not all_finite(g):
-            raise overflow(f"the gradient of {name} (from d_out)", g.dtype, {"d_out": d_out})
-
-
-def kv_heads(n_heads, n_kv_heads) -> int:
-    """The group size n_heads / n_kv_heads, for a key/value head count that divides n_heads."""
-    n_heads = count(n_heads, "n_heads")
-    n_kv_heads = count(n_kv_heads, "n_kv_heads")
-    if n_heads % n_kv_heads:
-        raise ValueError(
-            f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}: each key/value head "
-            f"serves n_heads / n_kv_heads query heads; valid key/value head counts for "
-            f"n_heads={n_heads} are {divisors(n_heads)}"
-        )
-    return n_heads // n_kv_heads
-
-
-def attention_inputs(q, k, v, attn_mask):
-    """The inputs of scaled dot-product attention, checked and returned as arrays: q, k, v
-    real, of at least 2 axes, sharing d_k (q, k) and n_k (k, v), leading axes that broadcast,
-    finite, in their common dtype; the mask (if any) boolean and broadcasting to the scores
-    (..., n_q, n_k)."""
-    q, k, v = real_array(q, "q"), real_array(k, "k"), real_array(v, "v")
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
-    same_d_k(q.shape, k.shape)
-    same_keys(k.shape, v.shape)
-    lead = leading_axes({"q": q.shape, "k": k.shape, "v": v.shape})
-    finite_all({"q": q, "k": k, "v": v})
-    if attn_mask is not None:
-        attn_mask = mask(attn_mask, lead + (q.shape[-2], k.shape[-2]))
-    dtype = np.result_type(q, k, v)  # NumPy's promotion, applied before any step (promoted)
-    q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
-    return q, k, v, attn_mask

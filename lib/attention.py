@@ -1,21 +1,11 @@
 """Scaled dot-product and multi-head attention in NumPy (notebooks 02 and 03).
 
-Conventions:
-- row vectors: ``x @ W`` with ``W`` of shape (d_in, d_out);
-- shapes are named in order in comments, e.g. ``# (batch, heads, n_q, n_k)``;
-- masks are boolean, ``True`` = "this query may attend to this key", and broadcast
-  against the scores (batch, heads, n_q, n_k);
-- a query that may attend to no key gets attention weights of 0 and an attention output
-  of 0 (the multi-head output is then just the output bias ``b_o``): defined, never NaN;
-  with no keys at all (n_k = 0) that is every query; no queries (n_q = 0) or no sequences
-  (batch = 0) give empty outputs of the right shape.
-
-Floating inputs keep their dtype (float32 stays float32); integer inputs are promoted
-to float64; lists are converted. Inputs and weights of different dtypes are promoted as
-NumPy promotes them (float32 with float64 is float64), before any step is computed. Bad
-input raises ValueError, worded the same way in every function (the checks live in
-:mod:`lib._validate`): NaN or inf in any input, weight or bias and numbers whose products
-overflow the dtype are named with where they are.
+Row vectors (``x @ W`` with ``W`` of shape (d_in, d_out)), boolean masks (``True`` = "this
+query may attend to this key") and shapes named in order in comments, e.g.
+``# (batch, heads, n_q, n_k)``. Every function keeps the README's "Conventions": a query that
+may attend to no key gets weights 0 and output 0, never NaN; inputs of different dtypes are
+promoted as NumPy promotes them, before any step; bad input (NaN or inf, numbers whose
+products overflow the dtype) raises a ValueError worded by :mod:`lib._validate`.
 """
 
 from __future__ import annotations
@@ -147,25 +137,15 @@ def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     """
     x = np.asarray(x)
     V.rank(x, "x", (3,), "(batch, seq, d_model)")
-    V.heads(x.shape[2], n_heads)
-    return split_heads_unchecked(x, n_heads)
-
-
-def split_heads_unchecked(x: np.ndarray, n_heads: int) -> np.ndarray:
-    """split_heads without its checks, for callers that made them."""
     batch, seq, d_model = x.shape
-    return x.reshape(batch, seq, n_heads, d_model // n_heads).transpose(0, 2, 1, 3)
+    d_k = V.heads(d_model, n_heads)
+    return x.reshape(batch, seq, n_heads, d_k).transpose(0, 2, 1, 3)
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """(batch, heads, seq, d_k) -> (batch, seq, heads * d_k): the concat of the heads."""
     x = np.asarray(x)
     V.rank(x, "x", (4,), "(batch, heads, seq, d_k)")
-    return merge_heads_unchecked(x)
-
-
-def merge_heads_unchecked(x: np.ndarray) -> np.ndarray:
-    """merge_heads without its check, for callers that made it."""
     batch, heads, seq, d_k = x.shape
     return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * d_k)
 
@@ -278,10 +258,8 @@ def count_params(params: MHAParams) -> int:
 
 
 def check_params(p) -> MHAParams:
-    """``p`` is an MHAParams whose weights and biases hold no NaN or inf.
-
-    Shapes and the all-or-none rule for biases were checked when it was built (it is
-    frozen); the values can still change in place, so every forward checks them."""
+    """``p`` is an MHAParams whose weights and biases hold no NaN or inf (the rest was
+    checked when it was built: see :class:`MHAParams`)."""
     if not isinstance(p, MHAParams):
         raise ValueError(
             f"params must be an MHAParams (see lib.attention.init_mha_params), got "
@@ -371,11 +349,8 @@ def multi_head_attention(
     ``causal=True`` adds :func:`causal_mask`. Returns (output (batch, n_q, d_model),
     weights (batch, heads, n_q, n_k)); ``need_weights=False`` returns None for the weights.
 
-    The contract every multi-head forward of lib keeps (README, "Conventions"): the same
-    answer whatever the options (biases or none, self- or cross-attention, grouped key/value
-    heads, any broadcastable mask, float32/float64, lists or arrays); n_k = 0 gives the
-    output b_o, n_q = 0 or batch = 0 empty outputs; NaN or inf in the inputs or params, and
-    products that overflow, raise ValueError naming the arrays and where.
+    Every multi-head forward of lib gives the same answer for every combination of options
+    (the contract of the README's "Conventions"); n_k = 0 gives the output b_o.
     :func:`lib.blockwise.multi_head_attention` computes the same, organised for speed.
     """
     x_q, x_kv, p, mask, unbatched = prepare_mha(x_q, x_kv, params, mask, causal=causal)

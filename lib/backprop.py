@@ -5,25 +5,19 @@ computes, and keeps in a cache the intermediate arrays the backward pass needs. 
 backward pass takes the gradient of the loss with respect to the output and returns the
 gradient with respect to every input and parameter.
 
-Three additions over the plain forward:
+Two additions over the plain forward:
 
 - ``head_mask``: one number per head, shape (heads,) or (batch, heads), that multiplies
   each head's output before the heads are concatenated. All ones is the ordinary layer;
   a 0 switches a head off (notebook 06 prunes heads this way). The gradient with respect
   to the head mask, at all ones, is the loss's sensitivity to each head.
-- positions in the scores (notebook 09): ``rope``, a :class:`lib.positions.RoPE` that turns
-  each head's queries and keys by their positions before the scores are taken, and
-  ``score_bias``, an array added to the scaled scores (ALiBi's bias,
-  :func:`lib.positions.alibi_bias`). The backward pass turns the gradients of q and k back
-  (a rotation's transpose is the opposite rotation) and returns the gradient of the bias
-  (so that slopes, if trained, could be).
-- the backward pass of the softmax, :func:`softmax_backward`, derived in notebook 05:
-  for ``p = softmax(s)`` and upstream gradient ``g = dL/dp``,
-  ``dL/ds = p * (g - sum(g * p))`` along the softmax axis.
+- positions in the scores (notebook 09): ``rope`` turns each head's queries and keys,
+  ``score_bias`` (ALiBi's) is added to the scaled scores. The backward pass turns the
+  gradients of q and k back (a rotation's transpose is the opposite rotation) and returns
+  the gradient of the bias (so that slopes, if trained, could be).
 
-Conventions and checks as in :mod:`lib.attention`: row vectors ``x @ W``; boolean masks,
-True = may attend; a query with no key to attend to gets weights 0 and output 0 (empty
-sequences included); NaN, inf and overflow raise ValueError, in the forward and the backward.
+Conventions, checks and errors are those of :mod:`lib.attention`, in the forward and the
+backward.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _validate as V
-from .attention import MHAParams, merge_heads, prepare_mha, softmax_inplace, split_heads
+from .attention import MHAParams, merge_heads, prepare_mha, project, softmax_inplace, split_heads
 from .positions import RoPE, query_positions
 
 PARAM_NAMES = V.PARAM_NAMES
@@ -133,15 +127,7 @@ def _score_bias(bias, scores_shape: tuple[int, ...]) -> np.ndarray:
     """A real, finite array added to the scores: it broadcasts to their shape
     (batch, heads, n_q, n_k) without growing it, and gets four axes."""
     bias = V.real_array(bias, "score_bias")
-    try:
-        grown = np.broadcast_shapes(bias.shape, scores_shape)
-    except ValueError:
-        grown = None
-    if grown != tuple(scores_shape):
-        raise ValueError(
-            f"score_bias of shape {bias.shape} cannot broadcast to the attention scores' shape "
-            f"{tuple(scores_shape)} (batch, heads, n_q, n_k)"
-        )
+    V.fits_scores(bias.shape, "score_bias", scores_shape, "(batch, heads, n_q, n_k)")
     V.finite(bias, "score_bias")
     return bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
 
@@ -158,13 +144,6 @@ def _head_mask(head_mask, batch: int, n_heads: int, dtype) -> np.ndarray:
         )
     V.finite(head_mask, "head_mask")
     return head_mask
-
-
-def _head_mask_4d(head_mask: np.ndarray) -> np.ndarray:
-    """(heads,) -> (1, heads, 1, 1); (batch, heads) -> (batch, heads, 1, 1)."""
-    if head_mask.ndim == 1:
-        return head_mask[None, :, None, None]
-    return head_mask[:, :, None, None]
 
 
 def mha_forward(
@@ -209,10 +188,6 @@ def mha_forward(
         bias_shape = np.shape(score_bias)
         score_bias = _score_bias(score_bias, (x_q.shape[0], h, n_q, n_k))
 
-    def project(x, W, b):
-        y = x @ W
-        return y if b is None else y + b
-
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
         scale = 1.0 / math.sqrt(p.d_k)
         q = split_heads(project(x_q, p.W_q, p.b_q) * scale, h)  # (batch, heads, n_q, d_k)
@@ -231,7 +206,8 @@ def mha_forward(
                 np.copyto(scores, -np.inf, where=~mask)
             weights = softmax_inplace(scores)  # (batch, heads, n_q, n_k), reusing the buffer
             heads = weights @ v  # (batch, heads, n_q, d_k)
-            concat = merge_heads(heads * _head_mask_4d(head_mask))  # (batch, n_q, d)
+            # (heads,) or (batch, heads) -> (..., heads, 1, 1): one factor per head
+            concat = merge_heads(heads * head_mask[..., None, None])  # (batch, n_q, d)
             out = project(concat, p.W_o, p.b_o)  # (batch, n_q, d)
     if not (fine and V.all_finite(out)):
         V.mha_nonfinite(p, x_q, x_kv, scores_of=_positioned_scores(rope, angles, score_bias))
@@ -294,7 +270,7 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     d_masked = split_heads(d_concat, h)  # (batch, heads, n_q, d_k)
     d_head_mask = np.einsum("bhnk,bhnk->bh", d_masked, cache.heads)  # (batch, heads)
     grads["head_mask"] = d_head_mask.sum(axis=0) if cache.head_mask.ndim == 1 else d_head_mask
-    d_heads = d_masked * _head_mask_4d(cache.head_mask)
+    d_heads = d_masked * cache.head_mask[..., None, None]
 
     # heads = weights @ v
     d_weights = d_heads @ cache.v.transpose(0, 1, 3, 2)  # (batch, heads, n_q, n_k)

@@ -256,9 +256,8 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as Google's
-    original BERT code computes it (transformers' "gelu_new", torch's ``F.gelu(approximate=
-    "tanh")``). Not what this model was trained with: see :func:`gelu`."""
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    (transformers' "gelu_new", torch's ``F.gelu(approximate="tanh")``): see :func:`gelu`."""
     x = np.asarray(x)
     c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
     return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, dtype=x.dtype) * x**3)))

@@ -221,9 +221,6 @@ def coreference_wins(attentions, pronoun, antecedent, distractor) -> np.ndarray:
 
 def coreference_accuracy(attentions, pronoun, antecedent, distractor) -> np.ndarray:
     """Fraction of sentences in which the pronoun attends more to its antecedent than to
-    the distractor, per head: :func:`coreference_wins` averaged over the sentences.
-
-    attentions: (..., batch, heads, n, n), one sentence per batch item; pronoun, antecedent,
-    distractor: (batch,) token positions. Returns (..., heads) in [0, 1].
-    """
+    the distractor, per head: :func:`coreference_wins` (same arguments) averaged over the
+    sentences, (..., heads) in [0, 1]."""
     return coreference_wins(attentions, pronoun, antecedent, distractor).mean(axis=-2)

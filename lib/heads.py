@@ -3,9 +3,6 @@
 The measures take attention weights shaped (..., heads, n_q, n_k), as returned by
 ``lib.attention.multi_head_attention`` (batch, heads, n_q, n_k), and rows that are either
 probability distributions or all zeros (a query that attended to nothing).
-:func:`head_roles` (notebook 06) names the lookup each head does. :func:`head_count_sweep`
-(notebook 05, the syllabus's experiment E12.2) trains one tiny model per head count and seed
-and measures each on held-out data.
 """
 
 from __future__ import annotations
@@ -170,9 +167,7 @@ def head_count_sweep(
     2. ``model = make_model(h, rng)`` (so a seed starts every head count from the same
        random numbers when ``make_model`` draws the same shapes);
     3. ``lib.tiny.train(model, make_batch, eval_data, budget, rng, lr, eval_every,
-       stop_at=target)``: fresh training batches ``make_batch(rng)``, accuracy measured on
-       ``eval_data`` (held out: never trained on) every ``eval_every`` steps, stopping once
-       it reaches ``target``;
+       stop_at=target)``, ``eval_data`` held out (never trained on);
     4. the trained model's attention on ``eval_data``'s sequences.
 
     Returns ``{(h, seed): run}``, each run a dict of plain data: ``"accuracy"`` (the last

@@ -171,14 +171,10 @@ def _size_mb(names) -> float:
 
 
 def set_up(needs=(), started: float | None = None) -> None:
-    """Install what the course and the optional parts ``needs`` require and is missing,
-    changing nothing that is installed; print one line saying what was done.
-
-    ``started`` is the ``time.monotonic()`` at which the set-up cell began installing the
-    course, or None if the course was installed already. Where nothing is missing and the
-    course was there already (after ``make lab``), it returns at once and prints nothing.
-    It returns None: it is the set-up cell's last line, whose value Jupyter would show.
-    """
+    """Install what the course and the optional parts ``needs`` require and is missing, as
+    the module's docstring says. ``started`` is the ``time.monotonic()`` at which the set-up
+    cell began installing the course, or None if the course was installed already. Returns
+    None: it is the set-up cell's last line, whose value Jupyter would show."""
     reqs = requirements(needs)
     if started is None and all(_installed(name) for name, _, _ in reqs):
         return

@@ -2,16 +2,8 @@
 
 A matrix is a list of rows, each row a list of floats: ``A[i][j]``. Everything here is
 written for reading, not for speed; notebook 02 replaces it with NumPy and proves the two
-agree.
-
-Conventions (the same as the rest of the course):
-- row vectors: ``X @ W`` with ``W`` of shape (d_in, d_out);
-- masks hold booleans, ``True`` = "this query may attend to this key";
-- a query row that may attend to no key at all gets weights of 0 everywhere and an output
-  of 0 (see :func:`softmax`), never NaN;
-- bad input raises ValueError worded as in the NumPy version (:mod:`lib._validate`): masks
-  must hold True/False, entries must be finite real numbers, and scores or outputs that
-  overflow are refused.
+agree. Conventions and error messages are those of :mod:`lib.attention` (the README's
+"Conventions"), except that the mask is one (n_q, n_k) list of True/False, not broadcast.
 """
 
 from __future__ import annotations
@@ -185,8 +177,7 @@ def multi_head_attention(
     outputs are concatenated and projected by W_o.
     Returns (output (n_q, d_model), [weights of head h (n_q, n_k) for each h]).
     No keys (``X_kv = []``): every query attends to nothing, output 0 and weights with no
-    columns; no queries (``X_q = []``): an empty output. The inputs are checked as the NumPy
-    version checks them, with the same messages; the mask must hold True/False.
+    columns; no queries (``X_q = []``): an empty output.
     """
     weights_in = {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o}
     shapes = {name: _list_matrix(W, name) for name, W in weights_in.items()}
@@ -258,7 +249,7 @@ def _list_matrix(A, name: str, booleans: bool = False) -> tuple[int, int]:
 
 
 def _list_shape(A, name: str) -> tuple[int, int]:
-    """(rows, cols) of a list of equally long lists, entries unchecked (see list_matrix)."""
+    """(rows, cols) of a list of equally long lists, entries unchecked (see _list_matrix)."""
     if isinstance(A, np.ndarray):
         raise ValueError(
             f"{name} must be a list of rows (lists), got a NumPy array: pass {name}.tolist()"

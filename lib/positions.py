@@ -7,9 +7,8 @@ model learns order only from what its positions add. Four ways, and the tiny mod
 
 - **learned** absolute positions (notebooks 05-06): a table of vectors, one row per position,
   added to the token embeddings; trained like any weight; no row beyond the table's length.
-- **sinusoidal** (Vaswani et al., 2017): a fixed table, added the same way,
-  ``PE[p, 2i] = sin(p w_i)``, ``PE[p, 2i + 1] = cos(p w_i)``, ``w_i = base^(-2i / d_model)``
-  (:func:`sinusoidal_table`). Moving every position by ``k`` is one linear map:
+- **sinusoidal** (Vaswani et al., 2017): a fixed table of sines and cosines, added the same
+  way (:func:`sinusoidal_table`). Moving every position by ``k`` is one linear map:
   ``PE[p + k] = PE[p] @ R_k`` for every ``p`` (:func:`sinusoidal_shift`).
 - **RoPE**, rotary position embedding (Su et al., 2021): nothing is added to the tokens;
   each head's query and key vectors are cut into pairs of coordinates, and pair ``i`` of a
@@ -36,8 +35,6 @@ one layout are wrong under the other.
 Positions count from 0. With ``n_q`` queries and ``n_k >= n_q`` keys, the queries are the last
 ``n_q`` positions (``n_k - n_q, ..., n_k - 1``), the convention of
 :func:`lib.attention.causal_mask` (earlier keys cached).
-
-Row vectors throughout (``x @ W``); bad input raises ValueError through :mod:`lib._validate`.
 """
 
 from __future__ import annotations
@@ -57,9 +54,8 @@ LAYOUTS = ("half", "interleaved")
 """RoPE's pairings of coordinates: see the module's docstring."""
 
 BASE = 10000.0
-"""The frequency base of the sinusoidal table and of RoPE in both papers. Any finite base
-> 1 is accepted: the frequencies then fall from 1 radian per position (see
-:func:`lib._validate.base` for why smaller ones are refused)."""
+"""The frequency base of the sinusoidal table and of RoPE in both papers (any finite base
+> 1 is accepted: :func:`_base` says why)."""
 
 
 # --------------------------------------------------------------------------- checks
@@ -208,10 +204,9 @@ def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.nd
 
     x: (..., n, d_k) queries or keys of one or more heads, d_k even; positions: (n,)
     integers, one per row. ``theta_i = base^(-2i / d_k)`` for pair i; ``layout`` says which
-    coordinates pair up: ``"half"`` (i with i + d_k/2; Llama in transformers) or
-    ``"interleaved"`` (2i with 2i + 1; the RoPE paper, GPT-J). Returns an array of x's shape
-    and dtype; lengths are kept (a rotation), so a pair whose length does not fit the dtype
-    raises ValueError. Turning by ``-positions`` undoes it.
+    coordinates pair up (:data:`LAYOUTS`, see the module's docstring). Returns an array of
+    x's shape and dtype; lengths are kept (a rotation), so a pair whose length does not fit
+    the dtype raises ValueError. Turning by ``-positions`` undoes it.
     """
     rope = RoPE(base, layout)
     x = V.real_array(x, "x")

@@ -10,10 +10,8 @@ No residual connection, no MLP, no LayerNorm: whatever the readout knows, the at
 layer had to bring to that position. The parameters are a plain dict of arrays, so that the
 optimiser and the gradient check walk over them by name.
 
-Word order enters as ``positions=`` says (notebook 09, :mod:`lib.positions`): ``"learned"``
-(``pos_emb`` above, the default, the only one with a longest sequence ``max_len``),
-``"sinusoidal"`` (a fixed table instead), ``"rope"`` (the layer turns queries and keys),
-``"alibi"`` (a distance penalty on the scores) or ``"none"`` (the tokens alone).
+Word order enters as ``positions=`` says, one of :data:`lib.positions.SCHEMES` (notebook 09):
+``"learned"``, the default, is ``pos_emb`` above, the only scheme with a longest sequence.
 
 Tasks give (ids, targets), targets -1 (:data:`IGNORE`) where nothing is to be predicted:
 those positions count neither in the loss nor in the accuracy.

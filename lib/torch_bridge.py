@@ -10,8 +10,7 @@ The conventions that differ, all handled here:
 - masks: ours are boolean with True = "may attend". A boolean ``attn_mask`` of
   ``nn.MultiheadAttention`` means the opposite (True = "may NOT attend"), and so does its
   ``key_padding_mask`` (True = "this key is padding"). A boolean ``attn_mask`` of
-  ``F.scaled_dot_product_attention`` means the same as ours (True = "takes part").
-
+  ``F.scaled_dot_product_attention`` means the same as ours (True = "takes part");
 - biases: ``nn.MultiheadAttention(bias=True)`` has all four (in_proj_bias and out_proj.bias),
   ``bias=False`` none; :class:`lib.attention.MHAParams` has the same all-or-none rule.
 
