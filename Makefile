@@ -37,7 +37,7 @@ lint: install
 	$(BIN)/ruff format --check lib tests bench tools notebooks
 
 test: lint
-	$(BIN)/python -m pytest --nbval --nbval-current-env tests notebooks
+	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-figures tests notebooks
 
 # Every notebook alone in a Colab-like environment (Colab's package versions), its set-up cell
 # installing the course from a wheel of this checkout; see tools/colab.py and the README.

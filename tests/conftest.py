@@ -1,6 +1,7 @@
-"""Shared by every test: the hypothesis profiles, the BLAS kernels in the header, and the
-tests/ folder on the import path, so that a test in any group imports the shared helpers
-(``from tolerances import ...``, ``from helpers import ...``)."""
+"""Shared by every test: the hypothesis profiles, the BLAS kernels in the header, the option
+``--nbval-figures`` (tests/figures.py), and the tests/ folder on the import path, so that a
+test in any group imports the shared helpers (``from tolerances import ...``,
+``from helpers import ...``)."""
 
 import os
 import sys
@@ -9,6 +10,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from figures import pytest_addoption, pytest_configure  # noqa: E402, F401  (--nbval-figures)
 
 # In CI the examples are derandomised so a run is reproducible; locally they vary. Both print
 # a failing example's @reproduce_failure blob, which replays it anywhere (README, "Tests"):
