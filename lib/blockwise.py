@@ -9,9 +9,9 @@ exact. Two ways to cut it up:
   normalised while it sits in the CPU's cache, then forgotten. Memory: rows x n_k numbers
   per block, however many rows there are.
 - **blocks of keys as well, with an online softmax** (:func:`online_softmax_attention`;
-  Milakov & Gimelshein 2018, the idea FlashAttention builds on). A row's softmax is put
-  together one key block at a time: a running maximum, a running sum of exponentials and a
-  running (unnormalised) output, the last two rescaled whenever the maximum grows
+  Milakov & Gimelshein 2018's running max and sum, with the output of Rabe & Staats 2021 and
+  FlashAttention). A row's softmax is put together one key block at a time: a running max,
+  a running sum of exponentials and a running output, the last two rescaled as the max grows
   (:func:`online_softmax_update`). Memory: block_q x block_k numbers, whatever n is.
 
 Both skip the keys a mask makes useless (about half of all scores with a causal mask).
@@ -50,9 +50,9 @@ own memory): 4 MB blocks measured 10-25 % faster than 8 MB ones at (2, 2048, 512
 
 CAUSAL_BLOCKS = 16
 CAUSAL_MIN_ROWS = 128
-"""With a causal mask a score matrix is cut into up to CAUSAL_BLOCKS blocks of query rows:
-with B blocks the work left after skipping is (1 + 1/B) / 2 of the matrix (0.53 with 16).
-Blocks keep at least CAUSAL_MIN_ROWS rows, below which the Python loop's overhead shows."""
+"""A causal score matrix is cut into at least CAUSAL_BLOCKS blocks of query rows (fewer when
+it has under CAUSAL_BLOCKS * CAUSAL_MIN_ROWS rows: a block keeps CAUSAL_MIN_ROWS, below which
+the Python loop's overhead shows). With B blocks skipping leaves (1 + 1/B) / 2 of the work."""
 
 SAFE_SCORE = {np.dtype(np.float32): 30.0, np.dtype(np.float64): 300.0}
 """Largest |score| for which exp(score) is taken without subtracting the row's maximum: far

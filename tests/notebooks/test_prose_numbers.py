@@ -34,6 +34,8 @@ _SCALE = "10: bench scale section, the run in docs/benchmarks.md (SkylakeX kerne
 # (docs/benchmarks.md, "The latest run") and the tiles' measurement that removed them.
 _BARS = "10: make bench, docs/benchmarks.md, the latest run (bench/results/2026-11-25-*.json)"
 _TILES = "10: bench/results/2026-11-25-tiles-vs-rows.txt (docs/benchmarks.md, the tiles)"
+# Notebook 10, appendix A, quotes the spare-weights pool's run (docs/benchmarks.md, the weights).
+_POOL = "10: bench/results/2026-11-25-weights-pool.txt"
 
 # (notebook number, number as written) -> why it may stand in the prose unprinted.
 ALLOWED: dict[tuple[str, str], str] = {
@@ -79,7 +81,11 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("10", "0.91"): f"{_TILES}: tiles / rows in float32, highest on SkylakeX",
     ("10", "1.24"): f"{_TILES}: tiles / rows in float32, lowest on Haswell",
     ("10", "1.42"): f"{_TILES}: tiles / rows in float32, highest on Haswell",
-    ("10", "1"): f"{_TILES}: the old tiles' size, 1 MiB of scores",
+    ("10", "0.48"): f"{_POOL}: pool / fresh, lowest",
+    ("10", "0.98"): f"{_POOL}: pool / fresh, highest",
+    ("10", "1.33"): f"{_POOL}: fresh / mha+w, highest",
+    ("10", "0.92"): f"{_POOL}: pool / mha+w, highest",
+    ("10", "88"): f"{_POOL}: the largest spread between rounds, %",
     ("10", "0.45"): f"{_SCALE}: decoding, lib / torch per token",
     ("10", "100"): f"{_SCALE}: cached step vs recomputation after 512 tokens",
     ("10", "180"): f"{_SCALE}: cached step vs recomputation after 1008 tokens",
