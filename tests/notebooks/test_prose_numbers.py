@@ -30,7 +30,7 @@ _LOOP = "03 section 7: bench loop section, 5 runs (SkylakeX kernels, 1 thread)"
 # Notebook 10, sections 5 and 6, quote one run of make bench's scale section, recorded in
 # docs/benchmarks.md, "Runs before issue 24" (its cells beside are timing cells, ignored by nbval).
 _SCALE = "10: bench scale section, the run in docs/benchmarks.md (SkylakeX kernels, 1 thread)"
-# Notebook 10, section 5, quotes the bars of the runs of 2026-11-25 on both kernel sets
+# Notebook 10, appendix A, quotes the bars of the runs of 2026-11-25 on both kernel sets
 # (docs/benchmarks.md, "The latest run") and the tiles' measurement that removed them.
 _BARS = "10: make bench, docs/benchmarks.md, the latest run (bench/results/2026-11-25-*.json)"
 _TILES = "10: bench/results/2026-11-25-tiles-vs-rows.txt (docs/benchmarks.md, the tiles)"
