@@ -19,7 +19,8 @@ A grouped layer is an :class:`lib.attention.MHAParams` with ``n_kv_heads`` < ``n
 
 - :func:`gqa_from_mha`: a trained multi-head layer made grouped by mean-pooling the key and
   value heads of each group (Ainslie et al.'s conversion, before any further training);
-- :class:`Decoder`: autoregressive decoding with a preallocated KV cache;
+- :class:`Decoder`: autoregressive decoding with a preallocated KV cache (``load`` starts it
+  from given keys and values);
 - :func:`cache_bytes_per_token`: the cache's size for a model's configuration.
 """
 
@@ -135,6 +136,31 @@ class Decoder:
             self._k = np.zeros(shape, self.dtype)
             self._v = np.zeros(shape, self.dtype)
 
+    def load(self, keys, values) -> None:
+        """Start from given keys and values, each (batch, n_kv_heads, L, d_k) with L at most
+        max_len, as if L tokens had been decoded (their queries and outputs never computed):
+        for timing a step at a long context without running its prompt. Copied into the
+        cache, in its dtype (the weights')."""
+        p = self.params
+        layout = f"(batch, n_kv_heads, L, d_k) = ({self.batch}, {p.n_kv_heads}, L, {p.d_k})"
+        arrays = {"keys": V.real_array(keys, "keys"), "values": V.real_array(values, "values")}
+        for name, a in arrays.items():
+            if a.ndim != 4 or a.shape[:2] != (self.batch, p.n_kv_heads) or a.shape[3] != p.d_k:
+                raise ValueError(f"{name} must be {layout}, got shape {a.shape}")
+            V.finite(a, name)
+        keys, values = arrays["keys"], arrays["values"]
+        if keys.shape != values.shape:
+            raise ValueError(f"keys {keys.shape} and values {values.shape} must have one shape")
+        if keys.shape[2] > self.max_len:
+            raise ValueError(
+                f"the KV cache holds at most max_len={self.max_len} tokens, got {keys.shape[2]}"
+            )
+        self.reset()
+        end = keys.shape[2]
+        self._k[:, :, :end], self._v[:, :, :end] = keys, values
+        self.length = end
+        self._k_norm = V.largest_row_norm(self._k[:, :, :end])
+
     def _qkv(self, dtype):
         """[W_q / sqrt(d_k) | W_k | W_v] and [b_q / sqrt(d_k) | b_k | b_v] in ``dtype`` (kept):
         one matmul gives the new tokens' scaled queries, keys and values."""
@@ -201,7 +227,10 @@ class Decoder:
             k_norm = max(self._k_norm, V.largest_row_norm(k_new))
             fine = V.scores_fit(rows, keys, q_norm, k_norm)  # every pair: masked ones too
             if fine and t == 1:  # one new query per head: it may attend to every cached key
-                weights = A.softmax_inplace(rows @ keys.transpose(0, 1, 3, 2))  # (b, kv, g, end)
+                # keys @ rows^T streams the keys row by row; rows @ keys^T, with the few rows
+                # of a group, ran slower in float32 BLAS (notebook 10, section 7, times both)
+                scores = (keys @ rows.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)
+                weights = A.softmax_inplace(np.ascontiguousarray(scores))  # (b, kv, g, end)
                 heads = (weights @ values).reshape(batch, d)  # (batch, kv, g, d_k) flattened
             elif fine:  # a prompt: causal among the new tokens, queries stacked per group
                 plan = BW.make_plan(None, True, t, end, dtype, kv, g)

@@ -330,3 +330,36 @@ def test_wider_tokens_widen_the_cache_until_reset():
     want32 = BW.multi_head_attention(x32, x32, p, A.causal_mask(6))[0]
     tol = mha_tolerances(np.float32, x32, x32, p, A.causal_mask(6))[1]
     assert_within(again, want32, tol, "float32 again")
+
+
+def test_a_loaded_cache_decodes_as_if_its_tokens_had_been_decoded():
+    rng = np.random.default_rng(10)
+    p = A.init_mha_params(12, 6, rng, bias=True, n_kv_heads=3)
+    x = rng.normal(size=(2, 9, 12))
+    decoded = KV.Decoder(p, batch=2, max_len=9)
+    decoded(x[:, :7])
+    loaded = KV.Decoder(p, batch=2, max_len=9)
+    loaded.load(decoded.keys, decoded.values)
+    assert loaded.length == 7 and loaded.cache_bytes == decoded.cache_bytes
+    np.testing.assert_array_equal(loaded.keys, decoded.keys)
+    np.testing.assert_array_equal(loaded(x[:, 7:]), decoded(x[:, 7:]))  # the same computation
+    loaded.load(np.zeros((2, 3, 0, 2)), np.zeros((2, 3, 0, 2)))  # an empty cache: a reset
+    assert loaded.length == 0
+
+
+def test_load_names_what_does_not_fit():
+    p = A.init_mha_params(8, 4, np.random.default_rng(11), n_kv_heads=2)  # d_k = 2
+    decoder = KV.Decoder(p, max_len=5)
+    good = np.ones((1, 2, 3, 2))
+    with pytest.raises(ValueError, match=r"keys must be \(batch, n_kv_heads, L, d_k\) = "
+                       r"\(1, 2, L, 2\), got shape \(1, 4, 3, 2\)"):  # fmt: skip
+        decoder.load(np.ones((1, 4, 3, 2)), good)
+    with pytest.raises(ValueError, match=r"values must be .* got shape \(1, 2, 3\)"):
+        decoder.load(good, np.ones((1, 2, 3)))
+    with pytest.raises(ValueError, match=r"keys \(1, 2, 3, 2\) and values \(1, 2, 4, 2\)"):
+        decoder.load(good, np.ones((1, 2, 4, 2)))
+    with pytest.raises(ValueError, match="at most max_len=5 tokens, got 6"):
+        decoder.load(np.ones((1, 2, 6, 2)), np.ones((1, 2, 6, 2)))
+    with pytest.raises(ValueError, match="values contains NaN"):
+        decoder.load(good, np.full((1, 2, 3, 2), np.nan))
+    assert decoder.length == 0
