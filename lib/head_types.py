@@ -1,14 +1,10 @@
 """What the heads of a pretrained model do, measured over padded batches (notebook 07).
 
-Every function takes attention weights shaped (..., batch, heads, n_q, n_k) — e.g. the
-(layers, batch, heads, n, n) stack from :func:`lib.bert.bert_forward` — together with the
-batch's ``attention_mask`` (batch, n), True for real tokens. Padded queries are left out of
-every average, so a head is judged on real tokens only.
-
-A *head-type score* is the mean attention weight that a head's queries put on a set of
-target keys: the previous token, the next token, the token itself, [CLS], [SEP] or the
-punctuation marks (:func:`target_masks`), or the token any number of places away
-(:func:`offset_masks`). It lies in [0, 1]: 1 means every query put all its weight there.
+The functions take attention weights (..., batch, heads, n_q, n_k), e.g. the (layers, batch,
+heads, n, n) stack of :func:`lib.bert.bert_forward`, and the batch's ``attention_mask``
+(batch, n), True for real tokens; padded queries are left out of every average. A *head-type
+score* is the mean weight a head's queries put on a set of target keys (the previous token,
+[CLS], punctuation...: :func:`target_masks`, :func:`offset_masks`), in [0, 1].
 """
 
 from __future__ import annotations
