@@ -1,12 +1,9 @@
-"""The checks the attention entry points of ``lib`` share: one function per rule, one
-wording per message, so that the same mistake gets the same ``ValueError`` wherever it is
-made. The rules are the README's "Conventions". A check that only one function needs lives
-beside that function (``lib.attention``'s ``_mha_inputs``, ``lib.positions``' ``_base``...).
+"""The checks lib's attention entry points share: one function per rule (the README's
+"Conventions"), one wording per message, so the same mistake gets the same ``ValueError``
+wherever it is made. A check with a single caller lives beside it.
 
-Every entry point checks its inputs and parameters for NaN and inf before computing (one
-pass over each), then checks its result once: a NaN or inf there can only be an overflow,
-which :func:`mha_nonfinite` explains. The scores are checked only when the norms of the
-queries and keys say they could overflow (:func:`scores_fit`).
+Entry points check inputs and parameters for NaN and inf before computing, then the result
+once: a NaN or inf there can only be an overflow, which :func:`mha_nonfinite` explains.
 """
 
 from __future__ import annotations
@@ -82,7 +79,7 @@ def kv_heads(n_heads, n_kv_heads) -> int:
 
 
 def real_array(x, name: str) -> np.ndarray:
-    """``x`` as a NumPy array of real numbers (lists converted; integers become float64)."""
+    """``x`` as a real NumPy array (lists converted; integers become float64)."""
     if not isinstance(x, np.ndarray):
         try:
             x = np.asarray(x)
@@ -101,8 +98,7 @@ def real_array(x, name: str) -> np.ndarray:
 
 
 def rank(x: np.ndarray, name: str, ndims, layout: str) -> None:
-    """``x.ndim`` is in ``ndims`` (a tuple, or a range for "at least"); ``layout`` names the
-    axes, e.g. '(batch, n, d_model)'."""
+    """``x.ndim`` is in ``ndims``; ``layout`` names the axes, e.g. '(batch, n, d_model)'."""
     if x.ndim not in ndims:
         raise ValueError(f"{name} must be {layout}, got shape {x.shape}")
 
@@ -115,11 +111,8 @@ def float_dtype(dtype) -> np.dtype:
 
 
 def promoted(x_q: np.ndarray, x_kv: np.ndarray, p):
-    """x_q, x_kv and p (an MHAParams) in the dtype NumPy gives them together,
-    ``np.result_type`` of the inputs, weights and biases (float32 stays float32; float32 with
-    float64 is float64), so that every step of a forward is computed in its result's dtype.
-    p comes back as a copy when some of its arrays change dtype; self-attention (x_kv is x_q)
-    stays one array."""
+    """x_q, x_kv and p (an MHAParams) in the dtype NumPy gives them together, so that every
+    step of a forward is computed in its result's dtype (self-attention stays one array)."""
     arrays = p.arrays()
     dtype = np.result_type(x_q, x_kv, *arrays.values())
     changed = {name: a.astype(dtype) for name, a in arrays.items() if a.dtype != dtype}
@@ -131,7 +124,7 @@ def promoted(x_q: np.ndarray, x_kv: np.ndarray, p):
 
 
 def all_finite(x: np.ndarray) -> bool:
-    """No NaN and no +-inf in ``x`` (the test every check of finiteness uses)."""
+    """No NaN and no +-inf in ``x``."""
     return bool(np.logical_and.reduce(np.isfinite(x), axis=None))
 
 
@@ -143,16 +136,14 @@ def finite(x: np.ndarray, name: str) -> None:
 
 
 def finite_all(arrays: dict[str, np.ndarray]) -> None:
-    """:func:`finite` for several arrays; small ones are checked in one pass (a model's
-    many small weights cost one call instead of one each)."""
+    """:func:`finite` for several arrays, in one pass when together they are small."""
     if not _finite_together(list(arrays.values())):
         for name, a in arrays.items():
             finite(a, name)
 
 
 def _finite_together(arrays: list[np.ndarray]) -> bool:
-    """True when every array is finite, in one pass when together they are small; False
-    when some may not be (the caller then looks at each, to name it)."""
+    """True when the arrays are small and all finite; False: look at each, to name it."""
     if sum(a.size for a in arrays) > _ONE_PASS:
         return False
     return all_finite(np.concatenate([a.ravel() for a in arrays]))
@@ -175,8 +166,8 @@ def nonfinite_message(name: str, where: tuple, shape: tuple) -> str:
 
 
 def overflow(what: str, dtype, operands: dict[str, np.ndarray]) -> ValueError:
-    """The error for finite numbers whose products overflow ``dtype``: it names the arrays
-    involved and where their largest entries are. Returned, for the caller to raise."""
+    """The error (returned, to raise) for finite numbers whose products overflow ``dtype``,
+    naming the arrays involved and where their largest entries are."""
     parts = []
     for name, a in operands.items():
         a = np.asarray(a)
@@ -220,8 +211,7 @@ def same_keys(k_shape, v_shape, names=("k", "v")) -> None:
 
 
 def integers(values, name: str) -> np.ndarray:
-    """A 1-D array (or list) of integers, any sign; an empty list is an empty array of them
-    (``np.asarray([])`` alone would be float64)."""
+    """A 1-D array (or list) of integers, any sign (``[]`` too, though NumPy makes it float)."""
     values = np.asarray(values)
     if values.ndim == 1 and values.size == 0:
         values = values.astype(np.int64)
@@ -269,7 +259,7 @@ def mask(mask, scores_shape: tuple[int, ...], axes: str = "(..., n_q, n_k)") -> 
 
 def fits_scores(shape: tuple, name: str, scores_shape: tuple, axes: str) -> None:
     """An array of ``shape`` (a mask, a score bias) broadcasts to the scores' shape without
-    growing it; ``axes`` names the scores' axes, e.g. '(batch, heads, n_q, n_k)'."""
+    growing it; ``axes`` names the scores' axes."""
     try:
         grown = np.broadcast_shapes(shape, scores_shape)
     except ValueError:
@@ -282,10 +272,8 @@ def fits_scores(shape: tuple, name: str, scores_shape: tuple, axes: str) -> None
 
 
 def attention_inputs(q, k, v, attn_mask):
-    """The inputs of scaled dot-product attention, checked and returned as arrays: q, k, v
-    real, of at least 2 axes, sharing d_k (q, k) and n_k (k, v), leading axes that broadcast,
-    finite, in their common dtype; the mask (if any) boolean and broadcasting to the scores
-    (..., n_q, n_k)."""
+    """q, k, v, mask of scaled dot-product attention, checked (shapes agree, finite, the mask
+    boolean and fitting the scores) and in their common dtype."""
     q, k, v = real_array(q, "q"), real_array(k, "k"), real_array(v, "v")
     for name, a in (("q", q), ("k", k), ("v", v)):
         rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
@@ -329,9 +317,8 @@ OUTPUT = "the output (the weighted sums of the values, then @ W_o + b_o)"
 
 
 def param_fields(arrays: dict, n_heads, n_kv_heads) -> dict:
-    """The fields of an MHAParams, checked and converted: W_q and W_o (d_model, d_model),
-    W_k and W_v (d_model, n_kv_heads * d_k), biases of the matching widths given all four
-    or none, n_heads dividing d_model and n_kv_heads dividing n_heads."""
+    """The fields of an MHAParams, checked (shapes, all four biases or none, head counts
+    that divide) and converted to arrays."""
     arrays = {name: None if a is None else real_array(a, name) for name, a in arrays.items()}
     d = arrays["W_q"].shape[0] if arrays["W_q"].ndim else 0
     square(arrays["W_q"].shape, "W_q", d)
@@ -362,22 +349,16 @@ def param_fields(arrays: dict, n_heads, n_kv_heads) -> dict:
 
 
 def largest_row_norm(x: np.ndarray) -> float:
-    """max over the rows (last axis) of |x_row|; NaN or inf when x holds them (or |x|^2
-    overflows)."""
+    """max over the rows (last axis) of |x_row| (NaN or inf when x holds them)."""
     if x.size == 0:
         return 0.0
     return math.sqrt(float(np.einsum("...d,...d->...", x, x).max()))
 
 
 def scores_fit(q: np.ndarray, k: np.ndarray, q_norm: float, k_norm: float) -> bool:
-    """Whether every score q_i . k_j (q already scaled) is a finite number: for every pair,
-    masked or not, so that all forwards agree whichever pairs they compute.
-
-    |q_i . k_j| <= |q_i| |k_j| (Cauchy-Schwarz), so when the product of the largest norms is
-    well below the dtype's maximum no score can overflow and nothing more is computed; only
-    otherwise (an inf in q or k from an overflowed projection, or huge values) are the
-    scores computed and looked at.
-    """
+    """Whether every score q_i . k_j (q already scaled, masked or not) is finite. By
+    Cauchy-Schwarz |q_i . k_j| <= |q_i| |k_j|, so the scores are computed only when the
+    largest norms say they might overflow."""
     limit = 0.25 * float(np.finfo(np.result_type(q, k)).max)
     if q_norm * k_norm <= limit:
         return True
@@ -386,15 +367,12 @@ def scores_fit(q: np.ndarray, k: np.ndarray, q_norm: float, k_norm: float) -> bo
 
 
 def mha_nonfinite(p, x_q: np.ndarray, x_kv: np.ndarray, *, scores_of=None, cache=None):
-    """Raise the ValueError that explains a NaN or inf met in a multi-head forward whose
-    inputs and parameters were checked finite: the first stage whose finite operands
-    overflowed (the projections, the scores, the output), with the arrays involved.
+    """Raise the ValueError that explains a NaN or inf met in a multi-head forward with
+    finite inputs: the first stage (projections, scores, output) that overflowed.
 
-    p: the layer's MHAParams; x_q, x_kv: (batch, n, d_model). ``scores_of``: for a forward
-    that puts positions into the scores (RoPE, a score bias), a triple: how the message
-    names the scores, a function of the scaled q and k (batch, heads, n, d_k) that computes
-    them, and the arrays it adds. ``cache``: for a decoder, the (keys, values) its new
-    tokens x_q = x_kv (named x_new) attend over, (batch, n_kv_heads, n_k, d_k).
+    x_q, x_kv: (batch, n, d_model). ``scores_of``: for scores with positions (RoPE, a bias),
+    (name, function of the scaled q and k that computes them, arrays it adds). ``cache``: a
+    decoder's (keys, values) (batch, n_kv_heads, n_k, d_k), its new tokens named x_new.
     """
     dtype = np.result_type(x_q, x_kv, *p.arrays().values())
     x_names = ("x_new", "x_new") if cache is not None else ("x_q", "x_kv")

@@ -1,11 +1,9 @@
 """Scaled dot-product and multi-head attention in NumPy (notebooks 02 and 03).
 
-Row vectors (``x @ W`` with ``W`` of shape (d_in, d_out)), boolean masks (``True`` = "this
-query may attend to this key") and shapes named in order in comments, e.g.
-``# (batch, heads, n_q, n_k)``. Every function keeps the README's "Conventions": a query that
-may attend to no key gets weights 0 and output 0, never NaN; inputs of different dtypes are
-promoted as NumPy promotes them, before any step; bad input (NaN or inf, numbers whose
-products overflow the dtype) raises a ValueError worded by :mod:`lib._validate`.
+Row vectors (``x @ W``, W of shape (d_in, d_out)); boolean masks, True = "this query may
+attend to this key"; shapes in comments, e.g. ``# (batch, heads, n_q, n_k)``. The README's
+"Conventions" hold: a query with no key to attend to gets weights 0 and output 0, never NaN;
+mixed dtypes are promoted as NumPy promotes them; bad input raises a clear ValueError.
 """
 
 from __future__ import annotations
@@ -21,12 +19,8 @@ from . import _validate as V
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Numerically stable softmax along ``axis``.
-
-    Subtracting the maximum before ``exp`` keeps large scores from overflowing.
-    ``-inf`` entries (masked keys) get weight 0; a slice that is entirely ``-inf`` gets
-    all zeros instead of NaN. NaN or ``+inf`` in the input raise ``ValueError``.
-    """
+    """Numerically stable softmax along ``axis``: the maximum is subtracted before ``exp``.
+    ``-inf`` entries (masked keys) get weight 0; an all ``-inf`` slice gets zeros, not NaN."""
     x = V.real_array(x, "softmax input")
     _no_nan_or_posinf(x, "softmax input")
     return softmax_inplace(x.copy(), axis)
@@ -41,8 +35,7 @@ def _no_nan_or_posinf(x: np.ndarray, name: str) -> None:
 
 
 def softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Softmax that overwrites ``scores`` and returns it (no NaN/+inf check: callers do
-    that, as :func:`softmax` does)."""
+    """:func:`softmax` that overwrites ``scores`` and returns it, unchecked."""
     if scores.size == 0:  # no keys (or no rows): nothing to normalise
         return scores
     top = scores.max(axis=axis, keepdims=True)
@@ -58,24 +51,16 @@ def softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
-    """Boolean (n_q, n_k) mask, True where query i may attend to key j.
-
-    With n_k == n_q (the default) query i sees keys 0..i. With n_k > n_q the queries are
-    taken to be the *last* n_q positions of the key sequence (as when earlier keys are
-    cached), so query i sees keys 0..i + (n_k - n_q).
-    """
+    """Boolean (n_q, n_k) mask: query i sees keys 0..i. With n_k > n_q the queries are the
+    *last* n_q positions (earlier keys cached), so query i sees keys 0..i + (n_k - n_q)."""
     n_q = V.count(n_q, "n_q", low=0)
     n_k = n_q if n_k is None else V.count(n_k, "n_k", low=0)
     return np.tri(n_q, n_k, k=n_k - n_q, dtype=bool)
 
 
 def padding_mask(lengths, n_k: int) -> np.ndarray:
-    """Boolean (batch, 1, 1, n_k) mask: key j of sequence b is real iff j < lengths[b].
-
-    The two singleton axes let it broadcast over heads and queries, and combine with a
-    causal mask by ``&``: ``causal_mask(n) & padding_mask(lengths, n)`` is
-    (batch, 1, n, n).
-    """
+    """Boolean (batch, 1, 1, n_k) mask: key j of sequence b is real iff j < lengths[b]. It
+    broadcasts over heads and queries; ``causal_mask(n) & padding_mask(lengths, n)`` works."""
     n_k = V.count(n_k, "n_k", low=0)
     lengths = V.integers(lengths, "lengths")
     bad = lengths[(lengths < 0) | (lengths > n_k)]
@@ -123,18 +108,10 @@ def _attention(q, k, v, mask) -> tuple[np.ndarray, np.ndarray] | None:
 # --------------------------------------------------------------------------- heads
 
 
-def valid_head_counts(d_model: int) -> list[int]:
-    """The head counts that divide d_model evenly."""
-    return V.divisors(V.count(d_model, "d_model"))
-
-
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
-    """(batch, seq, d_model) -> (batch, heads, seq, d_k), with d_k = d_model / heads.
-
-    Reshape splits the last axis into (heads, d_k); the transpose then moves heads in
-    front of seq. Reshaping straight to (batch, heads, seq, d_k) would also run, but it
-    would cut the *sequence* into pieces instead of the features.
-    """
+    """(batch, seq, d_model) -> (batch, heads, seq, d_k): reshape splits the features into
+    (heads, d_k), then the transpose moves heads in front of seq (notebook 03 shows why a
+    reshape alone would cut the sequence instead)."""
     x = np.asarray(x)
     V.rank(x, "x", (3,), "(batch, seq, d_model)")
     batch, seq, d_model = x.shape
@@ -165,19 +142,12 @@ class MHAParams:
     """Weights of one multi-head attention layer (row-vector convention: x @ W).
 
     W_q, W_o: (d_model, d_model); columns h*d_k:(h+1)*d_k of W_q belong to query head h.
-    W_k, W_v: (d_model, n_kv_heads * d_k); columns j*d_k:(j+1)*d_k belong to key/value head j.
-    n_kv_heads defaults to n_heads (ordinary multi-head attention, W_k and W_v square); fewer
-    key/value heads give grouped-query attention (notebook 10): query head h reads key/value
-    head h // group, group = n_heads / n_kv_heads (torch's ``repeat_interleave`` order);
-    n_kv_heads = 1 is multi-query attention.
-    b_q, b_o: (d_model,); b_k, b_v: (n_kv_heads * d_k,): all four biases or none. A layer
-    that lacks only some (no b_k, say) is written with zeros for them: a zero bias is the
-    same as no bias, and all-or-none is torch's rule too (``nn.MultiheadAttention(bias=)``).
-
-    Lists are converted to arrays (integers to float64). Shapes, the bias rule and the head
-    counts are checked here; the object is frozen, so they stay true (``dataclasses.replace``
-    makes a changed copy, checked again). The numbers can still be changed in place, so
-    every forward checks them for NaN and inf (:func:`check_params`).
+    W_k, W_v: (d_model, n_kv_heads * d_k). n_kv_heads defaults to n_heads; fewer key/value
+    heads give grouped-query attention (notebook 10): query head h reads key/value head
+    h // group, group = n_heads / n_kv_heads. Biases: b_q, b_o (d_model,), b_k, b_v
+    (n_kv_heads * d_k,), all four or none (torch's rule; a zero bias is no bias).
+    Shapes are checked when built (frozen: they stay true); every forward checks the numbers
+    for NaN and inf (:func:`check_params`), since arrays can change in place.
     """
 
     W_q: np.ndarray
@@ -229,12 +199,8 @@ def init_mha_params(
     dtype=np.float64,
     n_kv_heads: int | None = None,
 ) -> MHAParams:
-    """Random weights (:func:`glorot`); ``n_kv_heads`` key/value heads (default n_heads).
-
-    With ``bias=True`` the biases are drawn from N(0, 0.1) rather than set to zero (the
-    usual start for training), so that code which mishandles a bias gives a visibly
-    different answer.
-    """
+    """Random weights (:func:`glorot`); with ``bias=True`` biases from N(0, 0.1), not the
+    usual zeros, so that code which mishandles a bias gives a visibly different answer."""
     d_k = V.heads(d_model, n_heads)
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
     V.kv_heads(n_heads, n_kv_heads)
@@ -258,8 +224,7 @@ def count_params(params: MHAParams) -> int:
 
 
 def check_params(p) -> MHAParams:
-    """``p`` is an MHAParams whose weights and biases hold no NaN or inf (the rest was
-    checked when it was built: see :class:`MHAParams`)."""
+    """``p`` is an MHAParams whose weights and biases hold no NaN or inf."""
     if not isinstance(p, MHAParams):
         raise ValueError(
             f"params must be an MHAParams (see lib.attention.init_mha_params), got "
@@ -287,11 +252,9 @@ def with_causal(mask, n_q: int, n_k: int) -> np.ndarray:
 
 
 def prepare_mha(x_q, x_kv, params: MHAParams, mask, *, causal=False, batched_only=False):
-    """The checks every multi-head forward starts with, and their answer: x_q, x_kv
-    (batch, n, d_model) with a batch axis, params, the mask with four axes (None: every key;
-    ``causal=True`` folds :func:`causal_mask` into it) and whether the inputs came
-    unbatched. Inputs and params come back in their common dtype (NumPy's promotion), so
-    that every step is computed in the result's dtype."""
+    """The checks every multi-head forward starts with. Returns x_q, x_kv (batch, n, d_model)
+    and params in their common dtype, the mask with four axes (``causal=True`` folded in;
+    None: every key) and whether the inputs came unbatched."""
     check_params(params)
     x_q, x_kv, unbatched = _mha_inputs(x_q, x_kv, params.d_model, not batched_only)
     V.finite_all({"x_q": x_q} if x_kv is x_q else {"x_q": x_q, "x_kv": x_kv})
@@ -307,10 +270,8 @@ def prepare_mha(x_q, x_kv, params: MHAParams, mask, *, causal=False, batched_onl
 
 
 def _mha_inputs(x_q, x_kv, d_model: int, unbatched: bool = True):
-    """x_q, x_kv as real arrays of shape (batch, n, d_model), and whether they came unbatched.
-
-    Self-attention (``x_q is x_kv``) converts once and returns one array for both.
-    """
+    """x_q, x_kv as real arrays (batch, n, d_model), and whether they came unbatched
+    (self-attention, ``x_q is x_kv``, stays one array)."""
     same = x_kv is x_q
     x_q = V.real_array(x_q, "x_q")
     x_kv = x_q if same else V.real_array(x_kv, "x_kv")
@@ -344,14 +305,10 @@ def multi_head_attention(
     """Batched multi-head attention, as notebook 03 derives it.
 
     x_q: (batch, n_q, d_model) queries; x_kv: (batch, n_k, d_model) keys and values (the
-    same array twice for self-attention). Unbatched (n, d_model) inputs give unbatched
-    outputs. mask: boolean, broadcastable to (batch, heads, n_q, n_k), True = may attend;
-    ``causal=True`` adds :func:`causal_mask`. Returns (output (batch, n_q, d_model),
-    weights (batch, heads, n_q, n_k)); ``need_weights=False`` returns None for the weights.
-
-    Every multi-head forward of lib gives the same answer for every combination of options
-    (the contract of the README's "Conventions"); n_k = 0 gives the output b_o.
-    :func:`lib.blockwise.multi_head_attention` computes the same, organised for speed.
+    same array for self-attention); unbatched (n, d_model) inputs give unbatched outputs.
+    mask: boolean, broadcastable to (batch, heads, n_q, n_k), True = may attend;
+    ``causal=True`` adds :func:`causal_mask`. Returns (output (batch, n_q, d_model), weights
+    (batch, heads, n_q, n_k) or None with ``need_weights=False``).
     """
     x_q, x_kv, p, mask, unbatched = prepare_mha(x_q, x_kv, params, mask, causal=causal)
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is explained below
@@ -382,14 +339,9 @@ def multi_head_attention_per_head(
     *,
     causal: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The same as :func:`multi_head_attention`, computed one head at a time.
-
-    Query head h uses columns h*d_k:(h+1)*d_k of W_q (and b_q), and the columns of W_k and
-    W_v (and their biases) of its key/value head h // group; the heads' outputs are
-    concatenated along the features and projected by W_o. Kept as the reference the
-    reshape form is tested against, and for notebook 03's loop-vs-reshape benchmark. Same
-    arguments, checks, empty-sequence answers and errors.
-    """
+    """:func:`multi_head_attention` one head at a time: head h uses its d_k columns of W_q and
+    those of its key/value head h // group in W_k and W_v. The reference the reshape form is
+    tested against, and notebook 03's loop to time against it."""
     x_q, x_kv, p, mask, unbatched = prepare_mha(x_q, x_kv, params, mask, causal=causal)
     batch, n_q, n_k = x_q.shape[0], x_q.shape[1], x_kv.shape[1]
     if mask is not None:  # one (batch, n_q, n_k) slice per head

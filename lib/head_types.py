@@ -1,14 +1,10 @@
 """What the heads of a pretrained model do, measured over padded batches (notebook 07).
 
-Every function takes attention weights shaped (..., batch, heads, n_q, n_k) — e.g. the
-(layers, batch, heads, n, n) stack from :func:`lib.bert.bert_forward` — together with the
-batch's ``attention_mask`` (batch, n), True for real tokens. Padded queries are left out of
-every average, so a head is judged on real tokens only.
-
-A *head-type score* is the mean attention weight that a head's queries put on a set of
-target keys: the previous token, the next token, the token itself, [CLS], [SEP] or the
-punctuation marks (:func:`target_masks`), or the token any number of places away
-(:func:`offset_masks`). It lies in [0, 1]: 1 means every query put all its weight there.
+The functions take attention weights (..., batch, heads, n_q, n_k), e.g. the (layers, batch,
+heads, n, n) stack of :func:`lib.bert.bert_forward`, and the batch's ``attention_mask``
+(batch, n), True for real tokens; padded queries are left out of every average. A *head-type
+score* is the mean weight a head's queries put on a set of target keys (the previous token,
+[CLS], punctuation...: :func:`target_masks`, :func:`offset_masks`), in [0, 1].
 """
 
 from __future__ import annotations
@@ -23,15 +19,13 @@ import numpy as np
 from . import heads as H
 
 PROBE_SENTENCES = resources.files(__package__) / "data" / "probe_sentences.json"
-"""The probe sentences as shipped inside the package (a copy of data/probe_sentences.json)."""
 PUNCTUATION = frozenset(".,;:!?")
 HEAD_TYPES = ("previous", "next", "self", "[CLS]", "[SEP]", "punctuation")
 
 
 def load_probe_sentences(path=PROBE_SENTENCES) -> dict:
-    """The course's probe sentences (data/probe_sentences.json, shipped inside lib): a dict
-    with "sentences" (a list of str) and "coreference" (dicts with text, pronoun, antecedent,
-    distractor, cue)."""
+    """The course's probe sentences: {"sentences": [str], "coreference": [dicts with text,
+    pronoun, antecedent, distractor, cue]}."""
     if not hasattr(path, "read_text"):  # a str or os.PathLike
         path = Path(path)
     if not path.is_file():
@@ -56,12 +50,9 @@ def _check(weights, attention_mask) -> tuple[np.ndarray, np.ndarray]:
 def target_masks(
     tokens: Sequence[Sequence[str]], n: int
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """For each head type: (targets (batch, n_q, n_k), queries (batch, n_q)), both boolean.
-
-    targets[b, i, j] is True when key j is what type's name says for query i of sentence b;
-    queries[b, i] is True for the real queries that have such a key (query 0 has no
-    previous token, the last real token no next one; a sentence without punctuation has no
-    punctuation queries). ``tokens`` are the real tokens of each sentence, [CLS] ... [SEP].
+    """For each head type: (targets (batch, n_q, n_k), queries (batch, n_q)), both boolean:
+    targets[b, i, j] when key j is that type's target for query i of sentence b; queries:
+    the real queries that have such a key. ``tokens``: each sentence's [CLS] ... [SEP].
     """
     batch = len(tokens)
     lengths = np.array([len(t) for t in tokens])
@@ -88,14 +79,8 @@ def target_masks(
 
 def offset_masks(attention_mask, offset: int) -> tuple[np.ndarray, np.ndarray]:
     """(targets (batch, n_q, n_k), queries (batch, n_q)) for "the token ``offset`` places
-    away": the target of query i is key i + offset (-1: the previous token, +1: the next
-    one, 0: the token itself). Only real tokens count, as queries and as targets, so the
-    queries are the real tokens whose key i + offset is a real token of the same sentence;
-    nothing wraps around.
-
-    ``offset_masks(mask, -1)`` and ``offset_masks(mask, +1)`` are the "previous" and "next"
-    masks of :func:`target_masks`, built from the mask alone (no tokens needed).
-    """
+    away", key i + offset, among real tokens only (nothing wraps around); offsets -1 and +1
+    give :func:`target_masks`' "previous" and "next" from the mask alone."""
     mask = np.asarray(attention_mask)
     if mask.ndim != 2 or not (mask.dtype == bool or np.isin(mask, (0, 1)).all()):
         raise ValueError(
@@ -165,11 +150,8 @@ def head_type_scores(attentions, attention_mask, tokens) -> dict[str, np.ndarray
 def classify_heads(
     scores: dict[str, np.ndarray], threshold: float = 0.5, broad: float = 0.75
 ) -> np.ndarray:
-    """A label per head, same shape as the scores.
-
-    The head type with the largest score when that score is at least ``threshold`` (on
-    average, at least half the weight goes there); otherwise "broad" when the normalised
-    entropy is at least ``broad``; otherwise "mixed".
+    """A label per head: the head type with the largest score if it is at least
+    ``threshold``; else "broad" if the normalised entropy is at least ``broad``; else "mixed".
     """
     stacked = np.stack([scores[name] for name in HEAD_TYPES])  # (types, ...)
     stacked = np.nan_to_num(stacked, nan=0.0)  # an undefined score never wins
@@ -181,11 +163,8 @@ def classify_heads(
 
 
 def layer_diversity(attentions, attention_mask) -> np.ndarray:
-    """How different a layer's heads are: 1 - mean cosine similarity of distinct heads.
-
-    attentions: (layers, batch, heads, n, n) -> (layers,). 0: all heads look at the same
-    keys; values near 1: the heads' patterns barely overlap. Padded queries are left out.
-    """
+    """How different a layer's heads are, 1 - mean cosine similarity of distinct heads:
+    (layers, batch, heads, n, n) -> (layers,); 0: all heads look at the same keys."""
     weights, mask = _check(attentions, attention_mask)
     if weights.ndim != 5:
         raise ValueError(f"expected (layers, batch, heads, n, n), got {weights.shape}")
@@ -198,12 +177,9 @@ def layer_diversity(attentions, attention_mask) -> np.ndarray:
 
 
 def coreference_wins(attentions, pronoun, antecedent, distractor) -> np.ndarray:
-    """Per sentence and head, whether the pronoun's query gives its antecedent strictly more
-    weight than the distractor (a tie is not a win).
-
-    attentions: (..., batch, heads, n, n), one sentence per batch item; pronoun, antecedent,
-    distractor: (batch,) token positions. Returns (..., batch, heads), boolean.
-    """
+    """Whether the pronoun's query gives its antecedent strictly more weight than the
+    distractor: (..., batch, heads) from attentions (..., batch, heads, n, n) and three
+    (batch,) token positions."""
     weights = np.asarray(attentions)
     idx = [np.asarray(a, dtype=int) for a in (pronoun, antecedent, distractor)]
     batch = weights.shape[-4] if weights.ndim >= 4 else None
@@ -220,7 +196,5 @@ def coreference_wins(attentions, pronoun, antecedent, distractor) -> np.ndarray:
 
 
 def coreference_accuracy(attentions, pronoun, antecedent, distractor) -> np.ndarray:
-    """Fraction of sentences in which the pronoun attends more to its antecedent than to
-    the distractor, per head: :func:`coreference_wins` (same arguments) averaged over the
-    sentences, (..., heads) in [0, 1]."""
+    """:func:`coreference_wins` averaged over the sentences: (..., heads) in [0, 1]."""
     return coreference_wins(attentions, pronoun, antecedent, distractor).mean(axis=-2)

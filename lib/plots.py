@@ -1,11 +1,7 @@
 """Figures of attention heads, and the course's one theme (notebook 04 on).
 
-:func:`use_course_theme` gives every figure the same look (seaborn's theme) and a size that
-is legible where it is shown: figures are drawn at :data:`FIGURE_DPI` pixels per inch and no
-text is smaller than :data:`SMALLEST_FONT_PT`, so at 100 % zoom in JupyterLab every label is
-at least 9 px tall. Statistical plots (spread over seeds, distributions) use seaborn.
-
-Heatmaps are drawn with ``imshow`` rather than seaborn's ``heatmap``: seaborn 0.13 redraws
+:func:`use_course_theme` gives every figure seaborn's look at :data:`FIGURE_DPI`, with no
+text under :data:`SMALLEST_FONT_PT`. Heatmaps use ``imshow``: seaborn's ``heatmap`` redraws
 the whole figure for every panel, which made an 8-head grid take seconds.
 """
 
@@ -39,26 +35,22 @@ def use_course_theme() -> None:
 
 def plot_attention(
     weights,
-    query_labels: Sequence[str],
-    key_labels: Sequence[str] | None = None,
+    labels: Sequence[str],
     ax=None,
     title: str | None = None,
     annotate: bool = False,
     cbar: bool = True,
 ):
-    """Heatmap of one head's weights (n_q, n_k): rows are queries, columns keys."""
+    """Heatmap of one head's self-attention weights (n, n): rows are queries, columns keys,
+    both labelled by the n tokens' ``labels``."""
     weights = np.asarray(weights)
-    key_labels = query_labels if key_labels is None else key_labels
-    if weights.shape != (len(query_labels), len(key_labels)):
-        raise ValueError(
-            f"weights of shape {weights.shape} do not match {len(query_labels)} query labels "
-            f"and {len(key_labels)} key labels"
-        )
+    if weights.shape != (len(labels), len(labels)):
+        raise ValueError(f"weights of shape {weights.shape} do not match {len(labels)} labels")
     if ax is None:
         _, ax = plt.subplots(figsize=(3.6, 3.2))
     _heatmap(ax, weights, cmap="Blues", annotate=annotate, cbar=cbar)
-    ax.set_xticks(np.arange(len(key_labels)), labels=list(key_labels))
-    ax.set_yticks(np.arange(len(query_labels)), labels=list(query_labels))
+    ax.set_xticks(np.arange(len(labels)), labels=list(labels))
+    ax.set_yticks(np.arange(len(labels)), labels=list(labels))
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query")
     ax.tick_params(axis="x", labelrotation=90, labelsize=SMALLEST_FONT_PT + 1)

@@ -1,13 +1,9 @@
 """Head importance and pruning for the tiny model (notebook 06).
 
-A head mask multiplies each head's output before the heads are concatenated (see
-:mod:`lib.backprop`). Setting one entry to 0 removes that head; the rest of the layer is
-unchanged. Two ways to score a head:
-
-- ablation: how much held-out accuracy drops when the head alone is switched off;
-- gradient importance (Michel, Levy & Neubig, 2019, "Are Sixteen Heads Really Better
-  than One?"): the mean over sequences of |dL/d mask_h| at the current mask, a
-  first-order estimate of how much the loss changes when the head's mask moves.
+A head mask multiplies each head's output (:mod:`lib.backprop`); a 0 removes that head.
+Two scores of a head: ablation (the accuracy lost when it alone is switched off) and
+gradient importance (Michel, Levy & Neubig, 2019): the mean over sequences of
+|dL/d mask_h|, a first-order estimate of how the loss changes when the mask moves.
 """
 
 from __future__ import annotations
@@ -31,11 +27,8 @@ def _mask_or_ones(model: TinyModel, head_mask) -> np.ndarray:
 
 
 def ablation_drops(model: TinyModel, ids, targets, head_mask=None) -> np.ndarray:
-    """Accuracy lost when each head is switched off alone, (heads,).
-
-    drop[h] = accuracy(with head_mask) - accuracy(with head_mask and head h set to 0).
-    Positive = the head helped. A head that is already off has drop 0.
-    """
+    """Accuracy lost when each head alone is switched off, (heads,): positive = the head
+    helped; 0 for a head already off."""
     base_mask = _mask_or_ones(model, head_mask)
     base = accuracy(model, ids, targets, base_mask)
     drops = np.zeros(model.n_heads)
@@ -49,12 +42,8 @@ def ablation_drops(model: TinyModel, ids, targets, head_mask=None) -> np.ndarray
 
 
 def gradient_importance(model: TinyModel, ids, targets, head_mask=None) -> np.ndarray:
-    """Mean over sequences of |dL/d mask_h|, (heads,) (Michel et al., 2019).
-
-    The mask is given one row per sequence, (batch, heads), so the backward pass returns
-    one gradient per sequence and head; the absolute value is taken *per sequence*
-    before averaging, so that sequences pulling in opposite directions do not cancel.
-    """
+    """Mean over sequences of |dL/d mask_h|, (heads,). The mask gets one row per sequence,
+    so that the absolute value is taken per sequence: opposite pulls do not cancel."""
     base_mask = _mask_or_ones(model, head_mask)
     ids = np.asarray(ids)
     per_sequence = np.tile(base_mask, (ids.shape[0], 1))  # (batch, heads)
@@ -77,14 +66,10 @@ def prune_iteratively(
     score: str = "ablation",
     max_drop: float = 0.01,
 ) -> list[PruningStep]:
-    """Switch heads off one at a time, least important first, re-scoring after each.
-
-    Everything is decided on ``select_data``: the importance (``score`` = "ablation" or
-    "gradient") and the stopping rule. Pruning stops before the step that would take the
-    accuracy more than ``max_drop`` below the unpruned accuracy, or when one head is left.
-    Keep a separate test set to report the pruned model's accuracy: it must not have
-    chosen anything. Returns every accepted step, starting with the unpruned model; the
-    last step's mask is the pruned model.
+    """Switch heads off one at a time, least important first (``score``: "ablation" or
+    "gradient"), re-scoring after each, until the next step would lose more than ``max_drop``
+    accuracy on ``select_data`` or one head is left. Report the result on other data.
+    Returns every accepted step, the unpruned model first; the last one's mask is the result.
     """
     if score not in ("ablation", "gradient"):
         raise ValueError(f'score must be "ablation" or "gradient", got {score!r}')

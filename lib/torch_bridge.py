@@ -1,21 +1,10 @@
 """From our NumPy attention to PyTorch's, and back (notebook 08).
 
-The conventions that differ, all handled here:
-
-- weights: we compute ``x @ W`` with ``W`` of shape (d_in, d_out); ``torch.nn.Linear`` and
-  ``nn.MultiheadAttention`` compute ``x @ W.T`` with their weight stored as (d_out, d_in);
-- ``nn.MultiheadAttention`` keeps W_q, W_k, W_v in one ``in_proj_weight`` of shape
-  (3 d_model, d_model): rows 0..d-1 are W_q^T, then W_k^T, then W_v^T (and
-  ``in_proj_bias`` likewise); W_o is ``out_proj``;
-- masks: ours are boolean with True = "may attend". A boolean ``attn_mask`` of
-  ``nn.MultiheadAttention`` means the opposite (True = "may NOT attend"), and so does its
-  ``key_padding_mask`` (True = "this key is padding"). A boolean ``attn_mask`` of
-  ``F.scaled_dot_product_attention`` means the same as ours (True = "takes part");
-- biases: ``nn.MultiheadAttention(bias=True)`` has all four (in_proj_bias and out_proj.bias),
-  ``bias=False`` none; :class:`lib.attention.MHAParams` has the same all-or-none rule.
-
-torch is imported when these functions are first used, so ``import lib`` stays fast. The
-inputs are checked as every attention function of lib checks them (:mod:`lib._validate`).
+The conventions that differ: torch stores a weight as (d_out, d_in) and computes ``x @ W.T``;
+``nn.MultiheadAttention`` packs W_q, W_k, W_v into one ``in_proj_weight`` (3 d_model,
+d_model), W_q^T first (``in_proj_bias`` likewise); its boolean ``attn_mask`` and
+``key_padding_mask`` mean "may NOT attend", the opposite of ours (and of
+``F.scaled_dot_product_attention``'s). torch is imported only when a function is called.
 """
 
 from __future__ import annotations
@@ -27,12 +16,8 @@ from . import attention as A
 
 
 def pack_in_proj(params: A.MHAParams) -> tuple[np.ndarray, np.ndarray | None]:
-    """Our W_q, W_k, W_v (and biases) as torch's (in_proj_weight, in_proj_bias).
-
-    in_proj_weight: (3 d_model, d_model) = [W_q | W_k | W_v]^T, so that
-    ``x @ in_proj_weight.T`` is ``[x @ W_q, x @ W_k, x @ W_v]`` side by side.
-    in_proj_bias: (3 d_model,) = [b_q, b_k, b_v], or None without biases.
-    """
+    """Our W_q, W_k, W_v (and biases) as torch's in_proj_weight (3 d_model, d_model) =
+    [W_q | W_k | W_v]^T and in_proj_bias (3 d_model,) = [b_q, b_k, b_v] (None: no biases)."""
     A.check_params(params)
     weight = np.concatenate([params.W_q, params.W_k, params.W_v], axis=1).T
     if not params.has_bias:
@@ -49,13 +34,9 @@ def to_torch_attn_mask(mask: np.ndarray):
 
 
 def to_torch_mha(params: A.MHAParams, dtype=None):
-    """An ``nn.MultiheadAttention(batch_first=True)`` in eval mode holding our weights.
-
-    ``module(x_q, x_kv, x_kv, attn_mask=to_torch_attn_mask(mask),
-    average_attn_weights=False)`` then returns what ``A.multi_head_attention(x_q, x_kv,
-    params, mask)`` returns (where at least one key is allowed in every row), as tensors.
-    ``dtype`` defaults to the dtype of the parameters.
-    """
+    """An ``nn.MultiheadAttention(batch_first=True)`` in eval mode holding our weights
+    (``dtype``: theirs by default). Called with ``attn_mask=to_torch_attn_mask(mask)`` and
+    ``average_attn_weights=False`` it returns what ``A.multi_head_attention`` does."""
     import torch
     from torch import nn
 

@@ -38,13 +38,8 @@ class ToyModel:
 
     def params(self, dtype=np.float64) -> MHAParams:
         """The same weights as NumPy arrays, for lib.attention."""
-        return MHAParams(
-            W_q=np.array(self.W_q, dtype=dtype),
-            W_k=np.array(self.W_k, dtype=dtype),
-            W_v=np.array(self.W_v, dtype=dtype),
-            W_o=np.array(self.W_o, dtype=dtype),
-            n_heads=self.n_heads,
-        )
+        weights = [np.array(W, dtype) for W in (self.W_q, self.W_k, self.W_v, self.W_o)]
+        return MHAParams(*weights, n_heads=self.n_heads)
 
 
 def make_toy_model(seed: int = SEED) -> ToyModel:

@@ -200,10 +200,6 @@ def test_split_heads_errors():
         A.merge_heads(np.zeros((2, 6)))
 
 
-def test_valid_head_counts():
-    assert A.valid_head_counts(12) == [1, 2, 3, 4, 6, 12]
-
-
 # --------------------------------------------------------------------------- parameters
 
 

@@ -479,9 +479,6 @@ OTHER_ROWS = [
          "[1, 2, 3, 6]",)),
     Row("merge_heads", "rank", lambda: A.merge_heads(np.ones((2, 6))), E,
         ("x must be (batch, heads, seq, d_k), got shape (2, 6)",)),
-    Row("valid_head_counts", "zero", lambda: A.valid_head_counts(0), E,
-        ("d_model must be an integer >= 1, got 0",)),
-    Row("valid_head_counts", "float", lambda: A.valid_head_counts(8.0), E, ("(float)",)),
     # MHAParams and init_mha_params
     Row("MHAParams", "some biases missing",
         lambda: A.MHAParams(W4(), W4(), W4(), W4(), 2, np.zeros(4), None, np.zeros(4),

@@ -99,7 +99,7 @@ def test_plots_draw_and_check_labels():
     assert ax.get_xlabel() == "key (attended to)"
     plots.plot_head_entropy(H.head_entropy(w[None]), max_entropy=math.log(4))
     plots.plot_head_similarity(H.head_similarity(w[None]))
-    with pytest.raises(ValueError, match=r"\(4, 4\) do not match 3 query labels"):
+    with pytest.raises(ValueError, match=r"\(4, 4\) do not match 3 labels"):
         plots.plot_attention(w[0], list("abc"))
     with pytest.raises(ValueError, match=r"got shape \(4, 4\)"):
         plots.plot_heads(w[0], list("abcd"))
