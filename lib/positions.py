@@ -108,7 +108,7 @@ def query_positions(n_q: int, n_k: int) -> np.ndarray:
 
 def frequencies(d: int, base: float = BASE) -> np.ndarray:
     """The d / 2 angular frequencies ``base^(-2i / d)``, i = 0 .. d/2 - 1: from 1 radian per
-    position down to almost ``1 / base`` (float64)."""
+    position down to ``base^(-(d - 2) / d)``, near ``1 / base`` only for large d (float64)."""
     return base ** (-np.arange(0, d, 2) / d)
 
 

@@ -63,12 +63,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("05", "0.999"): "Adam's usual beta_2 (Kingma and Ba, 2015; a constant)",
     ("05", "0.986"): "exercise 5's hint: an example of a number that prints as 0.99",
     ("06", "1.5"): "the worked example of tied ranks: the mean of ranks 1 and 2 (arithmetic)",
-    ("09", "0.77"): "RoPE's worst seed at length 128 in bench/positions.py's larger run "
-    "(10 seeds, 400 steps), quoted in section 8 as that run's",
-    ("09", "0.69"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
-    ("09", "0.43"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
-    ("09", "0.85"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
-    ("09", "0.76"): "RoPE trained on length 8, bench/positions.py --train-len 8 (quoted as such)",
     ("09", "6.3"): "2 pi, the period in positions of RoPE's fastest pair (theta_0 = 1 radian)",
     ("10", "0.47"): f"{_BARS}: causal (2, 4096, 512, 8), lib / lib without skipping, both sets",
     ("10", "0.46"): f"{_BARS}: causal (1, 8192, 512, 8), lib / lib without skipping, both sets",
