@@ -349,3 +349,13 @@ def test_what_is_not_a_notebook_gets_a_clear_failure_not_a_crash(graded):
     fallback = graded["the grader cannot start"]
     assert fallback["score"] == 0.0
     assert "could not grade this submission" in fallback["output"]
+
+
+def test_make_test_gradescope_runs_in_ci_after_test_colab():
+    """The real setup.sh run (`make test-gradescope`, 8 to 10 minutes on the course's 2-core
+    machine) is a make target and a step of CI."""
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("gradescope", "test-gradescope"):
+        assert re.search(rf"^{target}: install$", makefile, re.M), target
+    steps = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert steps.index("make test-gradescope") == steps.index("make test-colab") + 1
