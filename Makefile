@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
 .PHONY: install lab lab-student test lint bench student grade clean notebooks-links test-colab normalize execute test-browser \
-	test-matrix test-latest
+	test-matrix test-latest gradescope test-gradescope classroom
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -115,6 +115,24 @@ SUBMISSIONS ?= submitted
 JOBS ?= 1
 grade: install
 	$(BIN)/python -m tools.grade $(SUBMISSIONS) --jobs $(JOBS) --out build/grades
+
+# Gradescope: one autograder zip per notebook with exercises, in build/gradescope/ (upload one
+# per assignment); see tools/gradescope.py and docs/instructor_guide.md.
+gradescope: install
+	$(BIN)/python -m tools.gradescope build --out build/gradescope
+
+# The autograder of notebook 01 built, its setup.sh run for real (a fresh virtual environment
+# from the pinned files, in build/gradescope-test/), then a right and a wrong submission graded.
+test-gradescope: install
+	$(BIN)/python -m tools.gradescope selftest --python $(PYTHON)
+
+# GitHub Classroom: one template repository per notebook with exercises, in build/classroom/,
+# each with the workflow that grades a push. COURSE_REPO=OWNER/NAME names the course's public
+# repository (default: pyproject.toml's), COURSE_REF the branch, tag or commit to grade with.
+COURSE_REF ?= main
+classroom: install
+	$(BIN)/python -m tools.classroom build --out build/classroom --course-ref $(COURSE_REF) \
+		$(if $(COURSE_REPO),--course-repo $(COURSE_REPO))
 
 clean:
 	rm -rf $(VENV) .venv-colab .venv-3.* .venv-latest build .pytest_cache .hypothesis .ruff_cache *.egg-info

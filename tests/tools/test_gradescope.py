@@ -1,0 +1,361 @@
+"""tools/gradescope.py: the autograder zip holds what Gradescope's specification asks for,
+setup.sh would install exactly `make install`'s pinned environment (dry run; `make
+test-gradescope` runs it for real), and run_autograder grades a sample class (right, wrong,
+broken, hung, tampered, renamed, nbformat 4.0 without ids, not a notebook, nothing) with a
+results.json that follows Gradescope's documented format every time, never a crash."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from test_grade import RIGHT, WRONG, course, submit
+
+from tools import gradescope
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Gradescope's results.json (docs/specs.md of gradescope/autograder_samples, "Output
+# format"): field -> allowed types, for the top level and for each test.
+VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
+NUMBER = (int, float)
+TOP_FIELDS = {
+    "score": NUMBER,
+    "execution_time": NUMBER,
+    "output": str,
+    "visibility": str,
+    "stdout_visibility": str,
+    "extra_data": dict,
+    "tests": list,
+    "leaderboard": list,
+}
+TEST_FIELDS = {
+    "score": NUMBER,
+    "max_score": NUMBER,
+    "name": str,
+    "number": str,
+    "output": str,
+    "tags": list,
+    "visibility": str,
+    "extra_data": dict,
+}
+
+
+def schema_errors(data) -> list[str]:
+    """Where ``data`` breaks Gradescope's format (and the rules this autograder adds: every
+    test scored, the total the sum of the tests, scores within 0..max_score)."""
+    errors = []
+
+    def fields(obj, allowed, where):
+        if not isinstance(obj, dict):
+            return [f"{where} is not an object"]
+        found = [f"{where}: unknown field {k!r}" for k in obj if k not in allowed]
+        for key, kind in allowed.items():
+            if key in obj and (not isinstance(obj[key], kind) or isinstance(obj[key], bool)):
+                found.append(f"{where}.{key} is {type(obj[key]).__name__}")
+        for key in ("visibility", "stdout_visibility"):
+            if key in obj and obj[key] not in VISIBILITY:
+                found.append(f"{where}.{key} is {obj[key]!r}")
+        return found
+
+    errors += fields(data, TOP_FIELDS, "results")
+    if errors:
+        return errors
+    if "score" not in data and "tests" not in data:
+        errors.append("results has neither score nor tests")
+    for i, test in enumerate(data.get("tests", [])):
+        errors += fields(test, TEST_FIELDS, f"tests[{i}]")
+        if errors:
+            continue
+        for key in ("name", "score", "max_score", "output"):
+            if key not in test:
+                errors.append(f"tests[{i}] has no {key}")
+        if "score" in test and "max_score" in test and not 0 <= test["score"] <= test["max_score"]:
+            errors.append(f"tests[{i}] scores {test['score']} of {test['max_score']}")
+    if not errors and "tests" in data:
+        total = sum(t["score"] for t in data["tests"])
+        if data.get("score") != total:
+            errors.append(f"score {data.get('score')} is not the tests' total {total}")
+    return errors
+
+
+def test_the_schema_validator_catches_what_gradescope_would_reject():
+    good = {"score": 1.0, "tests": [{"name": "f", "score": 1.0, "max_score": 1.0, "output": ""}]}
+    assert schema_errors(good) == []
+    assert schema_errors({**good, "score": 2.0})  # not the total
+    assert schema_errors({**good, "visibility": "sometimes"})
+    assert schema_errors({**good, "tests": [{"name": "f", "score": "1", "max_score": 1}]})
+    assert schema_errors({**good, "tests": [{"name": "f", "score": 2, "max_score": 1}]})
+    assert schema_errors({**good, "scores": 1})
+    assert schema_errors([])
+
+
+# --------------------------------------------------------------------------- the zip
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A course notebook with two exercises, its autograder zip, and the zip unpacked as
+    Gradescope does: /autograder/source, run_autograder copied up. The wheel is a stand-in
+    (building the real one takes pip half a minute; `make test-gradescope` installs it):
+    here setup.sh only names it and run_autograder does not use it."""
+    tmp = tmp_path_factory.mktemp("gradescope")
+    source = course(tmp, n_exercises=2)
+    wheel = tmp / "dist" / "mha_from_scratch_course-0.1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"a stand-in")
+    zip_path = gradescope.build_zip(source, wheel, tmp / "zips")
+    unpacked = tmp / "unpacked"
+    with zipfile.ZipFile(zip_path) as zf:
+        zf.extractall(unpacked)
+        modes = {i.filename: i.external_attr >> 16 for i in zf.infolist()}
+        names = zf.namelist()
+    for script in ("setup.sh", "run_autograder"):
+        (unpacked / script).chmod(0o755)
+    return {
+        "tmp": tmp,
+        "source": source,
+        "wheel": wheel,
+        "unpacked": unpacked,
+        "names": names,
+        "modes": modes,
+    }
+
+
+def test_the_zip_holds_setup_run_autograder_and_the_course(built):
+    names = built["names"]
+    assert {"setup.sh", "run_autograder"} <= set(names)  # at the root, as the spec asks
+    for script in ("setup.sh", "run_autograder"):
+        assert built["modes"][script] & 0o111, script
+    assert f"course/dist/{built['wheel'].name}" in names
+    assert f"course/notebooks/{built['source'].name}" in names
+    assert len([n for n in names if n.startswith("course/notebooks/")]) == 1
+    assert "course/tools/grade.py" in names and "course/lib/checks/_core.py" in names
+    assert not [n for n in names if "__pycache__" in n]
+    assert (built["unpacked"] / "course" / "ASSIGNMENT").read_text() == "90_tiny.ipynb\n"
+
+
+def test_setup_sh_installs_exactly_what_make_install_does(built, tmp_path):
+    """DRY_RUN=1: the commands setup.sh would run are `make install`'s, from the same
+    pinned files, and nothing is fetched but from pip's index."""
+    course_dir = built["unpacked"] / "course"
+    for name in gradescope.PINNED:
+        assert (course_dir / name).read_bytes() == (ROOT / name).read_bytes(), name
+    env = dict(
+        os.environ, DRY_RUN="1", AUTOGRADER_ROOT=str(tmp_path), AUTOGRADER_SETUP_PYTHON="python3"
+    )
+    done = subprocess.run(
+        ["bash", str(built["unpacked"] / "setup.sh")], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    commands = [line[2:] for line in done.stdout.splitlines() if line.startswith("+ ")]
+    venv = tmp_path / "venv"
+    makefile = (ROOT / "Makefile").read_text()
+    pip_options = re.search(r"^PIP := \$\(BIN\)/python (.*)$", makefile, re.M).group(1)
+    recipe = re.search(r"^\$\(STAMP\):.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    make_installs = re.findall(r"^\t\$\(PIP\) (install .*)$", recipe, re.M)
+    wheel = f"dist/{built['wheel'].name}"
+    expected = [f"python3 -m venv {venv}"] + [
+        f"{venv}/bin/python {pip_options} {args.replace('-e .', wheel)}" for args in make_installs
+    ]
+    assert commands == expected
+    assert len(make_installs) == 3 and "-c constraints.txt" in make_installs[0]
+
+
+# --------------------------------------------------------------------------- the sample class
+
+
+def notebook_with(tmp, bodies, name="90_tiny.ipynb", student="s"):
+    """The student release of the tiny course notebook with the exercises' cells replaced."""
+    src = tmp / "src" / name
+    return submit(tmp, src, student, bodies)
+
+
+RIGHT0, RIGHT1 = RIGHT.format(name="softmax_0"), RIGHT.format(name="softmax_1")
+WRONG1 = WRONG.format(name="softmax_1")
+CASES = {
+    # name: (files to submit: {file name: bodies of the two exercises | bytes}, environment).
+    # Each runs run_autograder as Gradescope would, with its own kernel.
+    "right": ({"90_tiny.ipynb": [RIGHT0, RIGHT1]}, {}),
+    "wrong": ({"90_tiny.ipynb": [RIGHT0, WRONG1]}, {}),
+    "syntax error, raises": (
+        {"90_tiny.ipynb": ["def softmax_0(row):\n    return [", "1 / 0\n" + RIGHT1]},
+        {},
+    ),
+    "hung": (
+        {"90_tiny.ipynb": [RIGHT0 + "while True:\n    pass", RIGHT1]},
+        {"AUTOGRADER_CELL_TIMEOUT": "3"},
+    ),
+    "redefines the check": (
+        {
+            "90_tiny.ipynb": [
+                WRONG.format(name="softmax_0")
+                + "\nchecks.check_log_softmax_list = lambda fn: print('✓ all good')",
+                RIGHT1,
+            ]
+        },
+        {},
+    ),
+    "edits the checks on disk": (
+        {
+            "90_tiny.ipynb": [
+                RIGHT0
+                + "\nwith open('../lib/checks/_core.py', 'a') as f:\n    f.write('# pass\\n')",
+                RIGHT1,
+            ]
+        },
+        {},
+    ),
+    # Colab's download: renamed, nbformat 4.0, no cell ids.
+    "from Colab": ({"Copy of 90_tiny.ipynb": "4.0"}, {}),
+    # These never start a kernel: graded in this process (gradescope.run, what
+    # run_autograder calls), which saves starting Python four times.
+    "not JSON": ({"90_tiny.ipynb": b"print('hello')"}, {}),
+    "not a notebook": ({"answers.py": b"def softmax_0(row): ..."}, {}),
+    "nothing": ({}, {}),
+    "two notebooks, none named right": ({"a.ipynb": b"{}", "b.ipynb": b"{}"}, {}),
+    "the grader cannot start": (
+        {"90_tiny.ipynb": [RIGHT0, RIGHT1]},
+        {"AUTOGRADER_PYTHON": "false"},
+    ),
+}
+
+
+IN_PROCESS = {"not JSON", "not a notebook", "nothing", "two notebooks, none named right"}
+
+
+def run_case(built, name) -> dict:
+    """Lay out a fresh /autograder for one case and run run_autograder as Gradescope does
+    (working directory /autograder); return results.json, checked against the schema."""
+    files, extra_env = CASES[name]
+    tmp = built["tmp"] / "runs" / re.sub(r"\W+", "_", name)
+    root = tmp / "autograder"
+    shutil.copytree(built["unpacked"], root / "source", symlinks=True)
+    shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
+    (root / "submission").mkdir(parents=True)
+    (tmp / "src").mkdir()
+    shutil.copy(built["source"], tmp / "src" / "90_tiny.ipynb")
+    for file_name, content in files.items():
+        target = root / "submission" / file_name
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        elif content == "4.0":  # as Colab saves: nbformat 4.0, no cell ids
+            data = json.loads(notebook_with(tmp, [RIGHT0, RIGHT1]).read_text())
+            data["nbformat_minor"] = 0
+            for cell in data["cells"]:
+                cell.pop("id", None)
+            target.write_text(json.dumps(data))
+        else:
+            shutil.copy(notebook_with(tmp, content), target)
+    env = dict(
+        os.environ,
+        AUTOGRADER_ROOT=str(root),
+        AUTOGRADER_PYTHON=sys.executable,
+        AUTOGRADER_CELL_TIMEOUT="20",  # far above what a good cell takes, even under load
+        AUTOGRADER_NOTEBOOK_TIMEOUT="60",
+    )
+    env.update(extra_env)
+    if name in IN_PROCESS:
+        assert gradescope.run(root, root / "source" / "course") == 0
+        return results(root, name)
+    done = subprocess.run(
+        [str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, (name, done.stdout, done.stderr)
+    return results(root, name)
+
+
+def results(root, name) -> dict:
+    data = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+    assert schema_errors(data) == [], (name, data)
+    return data
+
+
+@pytest.fixture(scope="module")
+def graded(built):
+    """Every case graded; those that start a kernel three at a time (each is its own
+    autograder and kernel)."""
+    done = {name: run_case(built, name) for name in CASES if name in IN_PROCESS}
+    others = [name for name in CASES if name not in IN_PROCESS]
+    with ThreadPoolExecutor(3) as pool:
+        done.update(zip(others, pool.map(lambda name: run_case(built, name), others), strict=True))
+    return done
+
+
+def scores(data):
+    return [t["score"] for t in data["tests"]]
+
+
+def test_right_and_wrong_answers_score_per_exercise_with_the_checks_sentence(graded):
+    right, wrong = graded["right"], graded["wrong"]
+    assert (right["score"], scores(right)) == (2.0, [1.0, 1.0])
+    assert [t["name"] for t in right["tests"]] == ["softmax_0", "softmax_1"]
+    assert [t["output"] for t in right["tests"]] == ["passed", "passed"]
+    assert right["output"] == "Graded 90_tiny.ipynb: 2 of 2 exercise checks passed."
+    assert all(t["max_score"] == 1.0 and t["visibility"] == "visible" for t in right["tests"])
+    assert (right["visibility"], right["stdout_visibility"]) == ("visible", "hidden")
+    assert scores(wrong) == [1.0, 0.0]
+    message = wrong["tests"][1]["output"]
+    assert "should sum to 1, yours sum to" in message and "CheckFailed" not in message
+    assert "\n" not in message and "Traceback" not in message
+
+
+def test_broken_cells_fail_their_exercise_with_a_sentence(graded):
+    data = graded["syntax error, raises"]
+    assert scores(data) == [0.0, 0.0]
+    for i, test in enumerate(data["tests"]):
+        assert f"softmax_{i} is not defined when its check runs" in test["output"]
+
+
+def test_a_hung_notebook_scores_0_with_the_reason(graded):
+    data = graded["hung"]
+    assert scores(data) == [0.0, 0.0]
+    assert data["output"] == "Your submission was not graded: timeout: cell 2 ran longer than 3 s."
+    assert all("not graded (timeout" in t["output"] for t in data["tests"])
+
+
+def test_tampering_gets_no_points(graded):
+    data = graded["redefines the check"]
+    assert scores(data) == [0.0, 1.0]
+    assert "should sum to 1, yours sum to" in data["tests"][0]["output"]
+    data = graded["edits the checks on disk"]
+    assert scores(data) == [0.0, 0.0]
+    assert "changed the course's files on disk" in data["output"]
+
+
+def test_a_notebook_renamed_and_saved_as_nbformat_4_0_by_colab_is_graded(graded):
+    data = graded["from Colab"]
+    assert data["score"] == 2.0
+    assert data["output"] == "Graded Copy of 90_tiny.ipynb: 2 of 2 exercise checks passed."
+
+
+def test_what_is_not_a_notebook_gets_a_clear_failure_not_a_crash(graded):
+    expected = {
+        "not JSON": "not a notebook: 90_tiny.ipynb is not JSON",
+        "not a notebook": "no notebook (.ipynb) was submitted, only: answers.py",
+        "nothing": "nothing was submitted; submit 90_tiny.ipynb",
+        "two notebooks, none named right": "several notebooks were submitted (a.ipynb, b.ipynb)",
+    }
+    for case, reason in expected.items():
+        data = graded[case]
+        assert scores(data) == [0.0, 0.0], case
+        assert data["output"].startswith("Your submission was not graded: " + reason), data
+    fallback = graded["the grader cannot start"]
+    assert fallback["score"] == 0.0
+    assert "could not grade this submission" in fallback["output"]
+
+
+def test_make_test_gradescope_runs_in_ci_after_test_colab():
+    """The real setup.sh run (`make test-gradescope`, 8 to 10 minutes on the course's 2-core
+    machine) is a make target and a step of CI."""
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("gradescope", "test-gradescope"):
+        assert re.search(rf"^{target}: install$", makefile, re.M), target
+    steps = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert steps.index("make test-gradescope") == steps.index("make test-colab") + 1
