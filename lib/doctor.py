@@ -19,6 +19,7 @@ import os
 import platform
 import sys
 import textwrap
+from importlib import metadata
 
 from . import install
 
@@ -129,8 +130,6 @@ def note() -> None:
 
 
 def _known_parts() -> set[str]:
-    from importlib import metadata
-
     return set(metadata.metadata(install.DISTRIBUTION).get_all("Provides-Extra") or [])
 
 
@@ -181,8 +180,6 @@ def report() -> str:
     colab = install.in_colab()
     out.append(f"Colab       {'yes' if colab else 'no'}")
     try:
-        from importlib import metadata
-
         out.append(f"Course      {install.DISTRIBUTION} {metadata.version(install.DISTRIBUTION)}")
     except Exception as exc:  # noqa: BLE001
         could_not.append(f"the course's version: {exc}")
