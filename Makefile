@@ -94,10 +94,11 @@ $(BENCH_STAMP): $(STAMP) requirements-bench.txt
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/kernel_sets.py
 
-# The student release (solutions replaced by stubs, outputs cleared) in build/student/;
+# The student release (solutions replaced by stubs, outputs cleared) in build/student/, and
+# the solved exercises that checks.show_solution prints, packaged in lib/data/solutions.json;
 # see docs/instructor_guide.md.
 student: install
-	$(BIN)/python -m tools.make_student --out build/student
+	$(BIN)/python -m tools.make_student --out build/student --solutions lib/data/solutions.json
 
 # For self-learners: the blank student notebooks in JupyterLab. They are copied to homework/
 # once; a notebook already there (your work) is never overwritten.

@@ -21,6 +21,9 @@
 6. Runs one notebook again as Colab saves notebooks (nbformat 4.0, no cell ids), and grades
    the result with ``tools.grade`` as an instructor would: every check must pass.
 
+Before step 3 it runs ``python -m lib.doctor`` there (the course installed from the wheel, as
+Colab's runtime marks itself): it must exit 0, say "Colab yes" and name Colab's NumPy.
+
 It fails if a cell raises, if the set-up cell changed an installed package, or if a stored
 output differs (each difference is printed). The report is also written to
 ``build/colab/report.json``.
@@ -203,6 +206,37 @@ def build_wheel() -> Path:
     return wheel
 
 
+def doctor_says_colab(env_python: Path, wheel: Path) -> bool:
+    """``python -m lib.doctor`` in the environment, the course installed from the wheel and
+    ``COLAB_RELEASE_TAG`` set: it must exit 0, say it runs in Colab and name NumPy's version
+    (Colab's, not the pinned one, so also how that differs)."""
+    pip = [str(env_python), "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    pip_run([*pip, "install", "--no-deps", str(wheel)])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["COLAB_RELEASE_TAG"] = "test-colab"
+    try:
+        run = subprocess.run(
+            [str(env_python), "-m", "lib.doctor"],
+            cwd=BUILD,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        pip_run([*pip, "uninstall", "--yes", "mha-from-scratch-course"])
+    numpy = colab_pins().get("numpy", "?")
+    ok = (
+        run.returncode == 0
+        and "Colab       yes" in run.stdout
+        and f"NumPy       {numpy}" in run.stdout
+        and f"numpy {numpy} instead of" in run.stdout
+    )
+    log(f"python -m lib.doctor: {'as expected' if ok else 'FAILED'} (exit {run.returncode})")
+    if not ok:
+        print(run.stdout + run.stderr, flush=True)
+    return ok
+
+
 def graded_in_full(notebook: Path) -> bool:
     """Grade a notebook saved as Colab saves it; True if every check passed."""
     out = BUILD / "grades"
@@ -239,7 +273,7 @@ def main(argv=None) -> int:
     wheel = build_wheel()
     log(f"course wheel: {wheel.name}")
 
-    failed = False
+    failed = not doctor_says_colab(env_python, wheel)
     if not args.no_lib_tests:
         log("lib's test suite on Colab's versions")
         t0 = time.monotonic()

@@ -20,9 +20,14 @@ How a submission is graded:
   student's function called inside the kernel (see tools/_kernel_call.py): the answers come
   back as plain data, so nothing a submission does to ``lib.checks``, ``lib``, NumPy or
   ``sys.modules`` can make a wrong answer pass.
-- A submission that is missing, unreadable or not a notebook, whose kernel dies, or that
-  runs longer than ``--cell-timeout`` seconds in one cell or ``--notebook-timeout`` in all
-  scores 0 with the reason, and grading goes on with the next one.
+- Graded per exercise: a cell or a check that runs longer than ``--cell-timeout`` seconds,
+  or kills the kernel (``os._exit``, a crash), costs only itself. The check it belongs to
+  fails with the reason (a cell that hung or died is not run again, so the checks that need
+  what it defines fail too, saying so); the kernel is restarted, the cells the next checks
+  need are run again, and grading goes on. Past ``--notebook-timeout`` seconds in all, the
+  checks not graded yet fail with the reason; the ones graded keep their result.
+- A submission that is missing, unreadable or not a notebook, or whose kernel does not
+  start, scores 0 with the reason, and grading goes on with the next one.
 
 Writes ``gradebook.csv`` and ``gradebook.json`` to ``--out`` (one row per student, a column
 per exercise, totals, each failure's message) and prints a line per notebook graded. It runs
@@ -83,7 +88,7 @@ class NotebookResult:
     notebook: str
     path: str
     status: str  # "graded", "missing", "unreadable", "not a notebook", "kernel died", "timeout"
-    reason: str = ""
+    reason: str = ""  # why not graded; for a graded one, the kernel restarts, if any
     checks: list[CheckResult] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -226,10 +231,15 @@ def needed_cells(sources: list[str | None], targets: dict[int, set[str]]) -> set
     that define one of the names (back to the last one that surely defines it), then, in
     turn, what those cells read. ``sources[i]`` is
     None for cells that are not run (markdown, check cells). A cell that does not parse is
-    always run (its error is then the student's to see)."""
+    always run (its error is then the student's to see), and so is a cell with a star import
+    (``from math import *`` may define any name: its module decides), with what it reads."""
     parsed = {i: names_of(s) for i, s in enumerate(sources) if s is not None}
     needed = {i for i, p in parsed.items() if p is None}
     todo = [(pos, name) for pos, names in targets.items() for name in names]
+    for i, p in parsed.items():
+        if p is not None and "*" in p[0]:
+            needed.add(i)
+            todo.extend((i, n) for n in p[1])
     seen = set()
     while todo:
         pos, name = todo.pop()
@@ -529,27 +539,58 @@ def grade_notebook(
                 names |= parsed[1] if parsed else set()
             targets[index] = names
         to_run = needed_cells(sources, targets)
-    outcome = {}
+    outcome: dict[int, list[tuple[bool, str]]] = {}
+    steps = [i for i in range(len(cells)) if i in at or i in to_run]
+    skipped: dict[int, str] = {}  # cells that hung or killed the kernel: not run again
+    restarts: list[str] = []
+    done = 0  # steps[:done] have run (or failed for good)
     tmp = Path(tempfile.mkdtemp(prefix="grade-"))
-    kernel = None
     try:
-        kernel = Kernel(source_path.parent, cell_timeout, start + notebook_timeout, tmp)
-        for i in range(len(cells)):
-            if i in at:
-                check = at[i]
-                for check_name, expr in check.calls:
-                    what = f"cell {i} ({check_name}({expr}))"
-                    passed, message = run_check(check_name, KernelFunction(kernel, expr, what))
-                    outcome.setdefault(id(check), []).append((passed, message))
-            elif i in to_run:
-                kernel.execute(cells[i].source, f"cell {i}")
-    except GradingAbort as abort:
-        status, reason = abort.args[0]
-        fail_all(status, reason)
+        while done < len(steps):
+            current = None
+            kernel = None
+            try:
+                folder = tmp / f"kernel{len(restarts)}"  # its calls' files: call1, ...
+                folder.mkdir()
+                kernel = Kernel(source_path.parent, cell_timeout, start + notebook_timeout, folder)
+                for i in steps[:done]:  # after a restart: what the next checks may need
+                    if i in to_run and i not in skipped:
+                        current = i
+                        kernel.execute(cells[i].source, f"cell {i}")
+                for i in steps[done:]:
+                    current = i
+                    if i in at:
+                        for check_name, expr in at[i].calls:
+                            what = f"cell {i} ({check_name}({expr}))"
+                            fn = KernelFunction(kernel, expr, what)
+                            outcome.setdefault(i, []).append(run_check(check_name, fn))
+                    else:
+                        kernel.execute(cells[i].source, f"cell {i}")
+                    done += 1
+            except GradingAbort as abort:
+                status, reason = abort.args[0]
+                if current is None or time.monotonic() > start + notebook_timeout:
+                    if not outcome and not restarts:  # nothing graded: as before, all fail
+                        fail_all(status, reason)
+                    for i in steps[done:]:
+                        if i in at:
+                            outcome.setdefault(i, []).append((False, f"{status}: {reason}"))
+                    break
+                # One exercise must not cost the others: restart the kernel and go on after
+                # the cell (or check) that hung or killed it.
+                restarts.append(f"{status}: {reason}")
+                if current in at:
+                    outcome.setdefault(current, []).append((False, f"{status}: {reason}"))
+                else:
+                    skipped[current] = f"{status}: {reason}"
+                done = max(done, steps.index(current) + 1)
+            finally:
+                if kernel is not None:
+                    kernel.close()
     finally:
-        if kernel is not None:
-            kernel.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    if restarts:
+        result.reason = "the kernel was restarted after: " + "; ".join(restarts)
     if result.status == "graded":
         for check, (index, how) in zip(checks, located, strict=True):
             if index is None:
@@ -559,14 +600,19 @@ def grade_notebook(
                     )
                 )
                 continue
-            runs = outcome.get(id(check), [])
+            runs = outcome.get(index, [])
             failed = [m for ok, m in runs if not ok]
+            message = failed[0] if failed else ""
+            if skipped and "is not defined when its check runs" in message:
+                message += " Not run: " + "; ".join(
+                    f"cell {i} ({why})" for i, why in sorted(skipped.items())
+                )
             result.checks.append(
                 CheckResult(
                     check.exercise,
                     check.source.strip(),
                     bool(runs) and not failed,
-                    failed[0] if failed else "",
+                    message,
                     how,
                 )
             )
@@ -721,6 +767,8 @@ def describe(result: NotebookResult, verbose: bool = True) -> str:
         text = f"{head}0/{total} ({result.status}: {result.reason})"
     else:
         text = f"{head}{result.score}/{total} checks passed ({result.seconds:.1f} s)"
+        if result.reason:
+            text += f" ({result.reason})"
     if verbose and result.status == "graded":
         for c in result.checks:
             line = c.check.splitlines()[0] if c.check else c.exercise

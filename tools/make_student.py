@@ -226,6 +226,41 @@ def nbgrader_notebook(nb, name: str):
     return nb
 
 
+def solutions(src: Path) -> list[dict]:
+    """Every exercise of the notebooks in ``src`` with its solved cell, for
+    ``checks.show_solution``: one entry per function a check cell checks, {"name": the
+    function, "notebook": its file, "check": the check's name, "source": the exercise cell
+    before the check, markers and hidden tests removed}."""
+    found = []
+    for path in _notebooks(src):
+        nb = nbformat.read(path, as_version=4)
+        _, infos = student_notebook(nb, path.name)  # validates the markers
+        exercise = None
+        for info, cell in zip(infos, nb.cells, strict=True):
+            if info.is_exercise:
+                exercise = "\n".join(
+                    line for line in cell.source.split("\n") if line.strip() not in _MARKERS
+                )
+            elif info.is_check and exercise is not None:
+                for match in CHECK_CALL.finditer(cell.source):
+                    found.append(
+                        {
+                            "name": match.group(2),
+                            "notebook": path.name,
+                            "check": match.group(1),
+                            "source": exercise,
+                        }
+                    )
+    return found
+
+
+def solutions_text(src: Path) -> str:
+    """The packaged solutions file (lib/data/solutions.json) for the notebooks in ``src``."""
+    import json
+
+    return json.dumps({"exercises": solutions(src)}, indent=1, ensure_ascii=False) + "\n"
+
+
 def _notebooks(src: Path) -> list[Path]:
     paths = sorted(src.glob("*.ipynb"))
     if not paths:
@@ -283,6 +318,13 @@ def main(argv: list[str] | None = None) -> int:
         "given alone)",
     )
     parser.add_argument(
+        "--solutions",
+        type=Path,
+        metavar="FILE",
+        help="also write the solved exercises to FILE (lib/data/solutions.json, which "
+        "checks.show_solution reads)",
+    )
+    parser.add_argument(
         "--nbgrader",
         type=Path,
         metavar="DIR",
@@ -298,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             pairs = build(args.src, args.out)
         if args.nbgrader:
             build_nbgrader(args.src, args.nbgrader)
+        if args.solutions:
+            args.solutions.write_text(solutions_text(args.src), encoding="utf-8")
     except MarkerError as exc:
         print(f"make_student: {exc}", file=sys.stderr)
         return 1
@@ -305,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {target}")
     if args.nbgrader:
         print(f"wrote nbgrader source notebooks to {args.nbgrader}")
+    if args.solutions:
+        print(f"wrote {args.solutions}")
     return 0
 
 

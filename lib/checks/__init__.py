@@ -11,9 +11,13 @@ solution's code. In Jupyter a failed check shows as that one line, not a traceba
 
 One module per notebook (``nb01_lists`` ... ``nb10_scale``), all built on ``_core``:
 ``CheckFailed``, the call wrapper ``call`` and the mistake table ``diagnose``.
+
+``show_solution("name")`` prints an exercise's reference answer, after a warning, for
+self-learners who tried (``_solutions``).
 """
 
 from ._core import CheckFailed
+from ._solutions import UnknownExercise, show_solution
 from .nb01_lists import check_attention_list, check_log_softmax_list, check_sliding_window_mask_list
 from .nb02_numpy import check_causal_mask, check_padding_mask, check_softmax
 from .nb03_multi_head import check_merge_heads, check_param_count, check_split_heads
@@ -77,4 +81,6 @@ __all__ = [
     "check_sliding_window_mask_list",
     "check_torch_attention",
     "check_torch_mask",
+    "show_solution",
+    "UnknownExercise",
 ]

@@ -108,6 +108,16 @@ def as_array(value, name: str, what: str = "its result") -> np.ndarray:
             f"{name} should return numbers in a rectangular shape, but {what} is "
             f"{type(value).__name__} that cannot be read as an array."
         ) from None
+    except RuntimeError as exc:  # e.g. torch: a tensor that requires grad refuses numpy()
+        if "requires grad" in str(exc):
+            raise CheckFailed(
+                f"{name}: {what} is a torch tensor that requires grad, which NumPy cannot "
+                "read; return a NumPy array (call .detach() on the tensor, then .numpy())."
+            ) from None
+        raise CheckFailed(
+            f"{name}: {what} ({type(value).__name__}) cannot be read as an array: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}."
+        ) from None
     return arr
 
 

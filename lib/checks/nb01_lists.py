@@ -206,12 +206,54 @@ def _band(n, low, high):
     return (j >= i + low) & (j <= i + high)
 
 
+def _window_mistakes(n: int, window: int, expected: np.ndarray) -> dict[str, np.ndarray]:
+    """What each realistic wrong mask is for (n, window)."""
+    return {
+        "causal": np.tri(n, dtype=bool),
+        "one too many": _band(n, -window, 0),
+        "one too few": _band(n, -window + 2, 0),
+        "no diagonal": _band(n, -window, -1),
+        "symmetric": _band(n, -window + 1, window - 1),
+        "transposed": _band(n, 0, window - 1),
+        "inverted": ~expected,
+    }
+
+
+_WINDOW_MESSAGES = {
+    "causal": "that is the plain causal mask; the window must also hide keys more than "
+    "window - 1 positions back: query i sees keys i - window + 1 .. i.",
+    "one too many": "off by one: query i sees window + 1 keys; it should see exactly window "
+    "of them, itself included.",
+    "one too few": "off by one: query i sees only window - 1 keys; it should see window of "
+    "them, itself included.",
+    "no diagonal": "query i cannot attend to itself; the window of window keys ends with key i.",
+    "symmetric": "your window reaches into the future: query i may see keys before it, never "
+    "keys after it.",
+    "transposed": "your mask is transposed: rows are queries, columns keys, and query i sees "
+    "the keys before it.",
+    "inverted": "your mask is the wrong way round: True must mean 'query i may attend to key j'.",
+}
+
+
+def _window_of(n: int, arr: np.ndarray) -> int | None:
+    """The window w whose right mask for n tokens ``arr`` is (1 .. n), if any."""
+    for w in range(1, n + 1):
+        if np.array_equal(arr, window_mask_reference(n, w)):
+            return w
+    return None
+
+
 def check_sliding_window_mask_list(window_mask_fn: Callable[[int, int], list[list[bool]]]) -> None:
-    """Exercise (notebook 01): the sliding-window causal mask as a list of lists of booleans."""
+    """Exercise (notebook 01): the sliding-window causal mask as a list of lists of booleans.
+
+    A mistake is named only when the answer is that mistake's on every (n, window) tried:
+    an answer right on some and wrong on others is not "off by one"."""
     name = "sliding_window_mask"
     # Largest first: small cases cannot tell mistakes apart. (4, 6): a window longer than
     # the sentence is the plain causal mask; (5, 1): each token sees only itself.
-    for n, window in ((7, 3), (6, 2), (4, 6), (5, 1)):
+    cases = ((7, 3), (6, 2), (4, 6), (5, 1))
+    answers = []
+    for n, window in cases:
         got = call(window_mask_fn, name, n, window)
         try:
             arr = np.asarray(got)
@@ -232,56 +274,30 @@ def check_sliding_window_mask_list(window_mask_fn: Callable[[int, int], list[lis
             raise CheckFailed(
                 f"{name}: use True/False entries (True = may attend), got {arr.dtype} values."
             )
-        if np.array_equal(arr, expected):
-            continue
-        where = f"{name}({n}, window={window})"
-        diagnose(
-            arr,
-            [
-                (
-                    np.tri(n, dtype=bool),
-                    f"{where}: that is the plain causal mask; the window must also hide keys "
-                    f"more than window - 1 positions back: query i sees keys i - window + 1 .. i.",
-                ),
-                (
-                    _band(n, -window, 0),
-                    f"{where}: off by one: query i sees window + 1 keys; it should see "
-                    "exactly window of them, itself included.",
-                ),
-                (
-                    _band(n, -window + 2, 0),
-                    f"{where}: off by one: query i sees only window - 1 keys; it should see "
-                    "window of them, itself included.",
-                ),
-                (
-                    _band(n, -window, -1),
-                    f"{where}: query i cannot attend to itself; the window of window keys "
-                    "ends with key i.",
-                ),
-                (
-                    _band(n, -window + 1, window - 1),
-                    f"{where}: your window reaches into the future: query i may see keys "
-                    "before it, never keys after it.",
-                ),
-                (
-                    _band(n, 0, window - 1),
-                    f"{where}: your mask is transposed: rows are queries, columns keys, and "
-                    "query i sees the keys before it.",
-                ),
-                (
-                    ~expected,
-                    f"{where}: your mask is the wrong way round: True must mean 'query i may "
-                    "attend to key j'.",
-                ),
-            ],
-            same=same_array,
+        answers.append((n, window, arr, expected))
+    wrong = [(n, w, arr, exp) for n, w, arr, exp in answers if not np.array_equal(arr, exp)]
+    if not wrong:
+        passed(
+            "sliding_window_mask: query i sees keys i-window+1 .. i, windows shorter and longer."
         )
-        row = int(np.argwhere(arr != expected)[0][0])
+        return
+    n, window, arr, expected = wrong[0]
+    where = f"{name}({n}, window={window})"
+    tables = [_window_mistakes(m, w, exp) for m, w, _, exp in answers]
+    for key, message in _WINDOW_MESSAGES.items():
+        if all(same_array(a, t[key]) for (_, _, a, _), t in zip(answers, tables, strict=True)):
+            raise CheckFailed(f"{where}: {message}")
+    fixed = {_window_of(m, a) for m, _, a, _ in answers}
+    if len(fixed) == 1 and None not in fixed:
         raise CheckFailed(
-            f"{where} is wrong at row {row}: query i may attend to keys i - window + 1 .. i "
-            "(those that exist) and to nothing else."
+            f"{where}: your mask ignores `window`: it is the window-{fixed.pop()} mask for "
+            "every window asked; use the window passed in."
         )
-    passed("sliding_window_mask: query i sees keys i-window+1 .. i, windows shorter and longer.")
+    row = int(np.argwhere(arr != expected)[0][0])
+    raise CheckFailed(
+        f"{where} is wrong at row {row}: query i may attend to keys i - window + 1 .. i "
+        "(those that exist) and to nothing else."
+    )
 
 
 # --------------------------------------------------------------------------- attention
@@ -425,6 +441,15 @@ def check_attention_result(result, q, k, v, mask, name):
     )
 
 
+def _numeric(value) -> bool:
+    try:
+        with np.errstate(all="ignore"):
+            np.asarray(value, dtype=float)
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return False
+    return True
+
+
 def check_attention_list(attention_fn: Callable) -> None:
     """Exercise (notebook 01): attention(Q, K, V, mask) on lists -> (output, weights)."""
     name = "attention"
@@ -455,4 +480,23 @@ def check_attention_list(attention_fn: Callable) -> None:
             )
         result = call(attention_fn, name, *args, hints=hints)
         check_attention_result(result, q, k, v, mask, name)
+    # Scores near 2000, spread by a few units: exp overflows unless each row is shifted by
+    # its maximum first (L.softmax does it); the weights are still far from one-hot.
+    q = 32.0 * (1.0 + 1e-3 * rng.normal(size=(3, 4)))
+    k = 32.0 * (1.0 + 1e-3 * rng.normal(size=(5, 4)))
+    v = rng.normal(size=(5, 2))
+    overflow = (
+        f"{name}: exp overflowed on scores near {(q @ k.T).max() / 2:.0f}: subtract each "
+        "row's largest score before exponentiating, as L.softmax does."
+    )
+    result = call(
+        attention_fn, name, q.tolist(), k.tolist(), v.tolist(), None,
+        hints=[(OverflowError, overflow)],
+    )  # fmt: skip
+    if isinstance(result, tuple | list) and len(result) == 2:
+        with np.errstate(all="ignore"):
+            weights = np.asarray(result[1], dtype=float) if _numeric(result[1]) else None
+        if weights is not None and not np.isfinite(weights).all():
+            raise CheckFailed(overflow)
+    check_attention_result(result, q, k, v, None, name)
     passed("attention: scores / sqrt(d_k), softmax over the keys, True = may attend, weights @ V.")

@@ -622,6 +622,8 @@ def _sufficient_tables():
     )
     yield _table(0.9, (6, 3, 2), {2: [0.95, 0.6, 0.92], 3: [0.93, 1.0, 0.91], 6: [1.0, 1.0, 0.97]})
     yield _table(0.95, (1, 4), {1: [0.3, 0.2], 4: [0.97, 0.5]})
+    # 2 heads: the mean (0.85) and the median reach 0.8, one seed (0.75) does not
+    yield _table(0.8, (5, 2, 3), {2: [0.9, 0.9, 0.75], 3: [0.85, 0.8, 0.95], 5: [1.0, 0.9, 0.95]})
 
 
 def _smallest(results, target, reached=None, per_h=min, pick=min):
@@ -635,72 +637,105 @@ def _smallest(results, target, reached=None, per_h=min, pick=min):
     return pick(ok) if ok else None
 
 
+def _reading_mistakes(name: str):
+    """(what the mistake returns on a sweep, the sentence naming it), for each realistic
+    misreading of a sweep."""
+
+    def index(results, target):
+        best = _smallest(results, target)
+        return None if best is None else sorted({h for h, _ in results}).index(best)
+
+    return [
+        (
+            lambda r, t: _smallest(r, t, per_h=np.median),
+            f"{name}: you compared the median seed with the target; a head count suffices "
+            "only when every one of its seeds reached the target.",
+        ),
+        (
+            lambda r, t: _smallest(r, t, per_h=np.mean),
+            f"{name}: you compared the mean over the seeds with the target; a head count "
+            "suffices only when every one of its seeds reached the target, the worst included.",
+        ),
+        (
+            lambda r, t: _smallest(r, t, per_h=max),
+            f"{name}: one seed reaching the target is not enough; every seed of a head count "
+            "must reach it.",
+        ),
+        (
+            lambda r, t: _smallest(r, t, reached=lambda a: round(a, 2) >= t),
+            f"{name}: you rounded the accuracies before comparing them (0.986 prints as 0.99 "
+            "but is below 0.99); compare the unrounded accuracy, or use 'steps'.",
+        ),
+        (
+            lambda r, t: _smallest(r, t, reached=lambda a: a > t),
+            f"{name}: a run whose accuracy equals the target has reached it; compare with >=, "
+            "not >.",
+        ),
+        (
+            index,
+            f"{name}: return the head count itself, not its position in the list of head counts.",
+        ),
+        (
+            lambda r, t: _smallest(r, t, pick=lambda ok: ok[0]),
+            f"{name}: the results are not in head-count order; return the smallest head count "
+            "that suffices, not the first one you met.",
+        ),
+        (
+            lambda r, t: _smallest(r, t, pick=max),
+            f"{name}: you returned the largest head count that suffices; the question is the "
+            "smallest one.",
+        ),
+        (
+            lambda r, t: _smallest(r, t) if _smallest(r, t) is not None else 0,
+            f"{name}: when no head count suffices, return None (not 0).",
+        ),
+    ]
+
+
+def _same_count(a, b) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and float(a) == b)
+
+
 def check_smallest_sufficient_heads(smallest_fn: Callable) -> None:
     """Exercise (notebook 05): the smallest head count with which every seed reached the
-    target, from a sweep's results (``head_count_sweep``'s dict); None when there is none."""
+    target, from a sweep's results (``head_count_sweep``'s dict); None when there is none.
+
+    A misreading is named only when the answer is that misreading's on every sweep tried
+    (an answer that merely coincides with one of them on one sweep is not diagnosed)."""
     name = "smallest_sufficient_heads"
-    for results, target in _sufficient_tables():
+    tables = list(_sufficient_tables())
+    answers = []
+    for results, target in tables:
         got = call(smallest_fn, name, {k: dict(v) for k, v in results.items()}, target)
-        expected = _smallest(results, target)
-        if got is None and expected is None:
-            continue
         if got is not None and (
             isinstance(got, bool) or not isinstance(got, int | float | np.integer | np.floating)
         ):
             raise CheckFailed(
                 f"{name} should return a head count (an integer) or None, got {type(got).__name__}."
             )
-        if got is not None and expected is not None and float(got) == expected:
-            continue
-        heads = sorted({h for h, _ in results})
-        if got is None:
-            raise CheckFailed(
-                f"{name}: you returned None, but with {expected} heads every seed reached the "
-                f"target {target}."
-            )
-        diagnose(
-            got,
-            [
-                (
-                    _smallest(results, target, per_h=np.median),
-                    f"{name}: you compared the median seed with the target; a head count "
-                    "suffices only when every one of its seeds reached the target.",
-                ),
-                (
-                    _smallest(results, target, per_h=max),
-                    f"{name}: one seed reaching the target is not enough; every seed of a head "
-                    "count must reach it.",
-                ),
-                (
-                    _smallest(results, target, reached=lambda a: round(a, 2) >= target),
-                    f"{name}: you rounded the accuracies before comparing them (0.986 prints as "
-                    "0.99 but is below 0.99); compare the unrounded accuracy, or use 'steps'.",
-                ),
-                (
-                    _smallest(results, target, reached=lambda a: a > target),
-                    f"{name}: a run whose accuracy equals the target has reached it; compare "
-                    "with >=, not >.",
-                ),
-                (
-                    None if expected is None else heads.index(expected),
-                    f"{name}: return the head count itself, not its position in the list of "
-                    "head counts.",
-                ),
-                (
-                    _smallest(results, target, pick=lambda ok: ok[0]),
-                    f"{name}: the results are not in head-count order; return the smallest "
-                    "head count that suffices, not the first one you met.",
-                ),
-                (
-                    0 if expected is None else None,
-                    f"{name}: when no head count suffices, return None (not 0).",
-                ),
-            ],
-            same=lambda a, b: b is not None and float(a) == b,
-        )
+        answers.append(got)
+    expected = [_smallest(results, target) for results, target in tables]
+    if all(_same_count(g, e) for g, e in zip(answers, expected, strict=True)):
+        passed("smallest_sufficient_heads: every seed must reach the target, unrounded.")
+        return
+    for mistake, message in _reading_mistakes(name):
+        if all(
+            _same_count(got, mistake(results, target))
+            for got, (results, target) in zip(answers, tables, strict=True)
+        ):
+            raise CheckFailed(message)
+    got, want, (results, target) = next(
+        (g, e, t)
+        for g, e, t in zip(answers, expected, tables, strict=True)
+        if not _same_count(g, e)
+    )
+    heads = sorted({h for h, _ in results})
+    if got is None:
         raise CheckFailed(
-            f"{name}: for head counts {heads} and target {target} the answer is "
-            f"{expected}, you returned {got!r}; a head count suffices when every seed's run "
-            "reached the target."
+            f"{name}: you returned None, but with {want} heads every seed reached the "
+            f"target {target}."
         )
-    passed("smallest_sufficient_heads: every seed must reach the target, unrounded.")
+    raise CheckFailed(
+        f"{name}: for head counts {heads} and target {target} the answer is {want}, you "
+        f"returned {got!r}; a head count suffices when every seed's run reached the target."
+    )

@@ -345,4 +345,18 @@ def check_gqa_attention(gqa_fn: Callable) -> None:
             f"{name}: wrong values for {h} query heads and {kv} key/value heads (largest "
             f"difference {np.abs(got - want).max():.3g})."
         )
+    # Scores near 2000, spread by a few units: exp overflows unless each row is shifted by
+    # its maximum first (A.softmax does it); the weights are still far from one-hot.
+    rng = np.random.default_rng(31)
+    q = 32.0 * (1.0 + 1e-3 * rng.normal(size=(1, 4, 3, 4)))
+    k = 32.0 * (1.0 + 1e-3 * rng.normal(size=(1, 2, 5, 4)))
+    v = rng.normal(size=(1, 2, 5, 3))
+    got = as_array(call(gqa_fn, name, q.copy(), k.copy(), v.copy()), name)
+    expect_shape(got, (1, 4, 3, 3), name, "an output (batch, heads, n_q, d_v)")
+    if not close(got, _gqa_reference(q, k, v), 1e-9):
+        top = (q @ np.swapaxes(k[:, [0, 0, 1, 1]], -1, -2)).max() / 2.0
+        raise CheckFailed(
+            f"{name}: wrong values for scores near {top:.0f} (exp overflows there): subtract "
+            "each row's largest score before exponentiating, as A.softmax does."
+        )
     passed("gqa_attention: query head i reads key/value head i // group, for every group size.")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import stub
-from test_checks_09 import NB09_MUTANTS
+from test_checks_09 import NB09_MUTANTS, least_squares_shift
 from test_checks_10 import NB10_MUTANTS
 from test_checks_robustness import REFERENCES
 
@@ -141,6 +141,28 @@ def attention(mask_mode="where", scale=math.sqrt):
         return w @ v, w
 
     return attn
+
+
+def attention_no_shift(q, k, v, mask=None):
+    """Attention on lists with the textbook softmax, exp(s) / sum(exp(s)), not shifted."""
+    d = len(q[0])
+    scores = [
+        [sum(a * b for a, b in zip(qi, kj, strict=True)) / math.sqrt(d) for kj in k] for qi in q
+    ]
+    if mask is not None:
+        scores = [
+            [s if ok else -math.inf for s, ok in zip(r, m, strict=True)]
+            for r, m in zip(scores, mask, strict=True)
+        ]
+    weights = []
+    for row in scores:
+        e = [math.exp(s) for s in row]
+        weights.append([x / sum(e) for x in e])
+    out = [
+        [sum(w * vj[c] for w, vj in zip(wr, v, strict=True)) for c in range(len(v[0]))]
+        for wr in weights
+    ]
+    return out, weights
 
 
 def ce(softmax=A.softmax, divide="count", mask_unscored=True, subtract=True):
@@ -413,6 +435,7 @@ MUTANTS = {
             "multiplied the scores by sqrt",
         ),
         ("w @ k", attn_k, "it is weights @ v"),
+        ("no max shift", attention_no_shift, "exp overflowed on scores near"),
     ],
     "check_sliding_window_mask_list": [
         ("causal", window(lambda i, j, w: j <= i), "plain causal mask"),
@@ -423,6 +446,7 @@ MUTANTS = {
         ("transposed", window(lambda i, j, w: 0 <= j - i < w), "transposed"),
         ("inverted", window(lambda i, j, w: not 0 <= i - j < w), "wrong way round"),
         ("ints", window(lambda i, j, w: 0 <= i - j < w, as_int=True), "as int64 numbers"),
+        ("window 3", window(lambda i, j, w: 0 <= i - j < 3), "ignores `window`"),
     ],
     "check_causal_mask": [
         ("top-left", lambda n_q, n_k: np.tri(n_q, n_k, dtype=bool), "LAST n_q positions"),
@@ -664,6 +688,9 @@ MUTANTS = {
         ("index", by_index, "not its position"),
         ("first met", smallest(pick=lambda ok: ok[0]), "not the first one you met"),
         ("zero for none", smallest(none=0), "return None (not 0)"),
+        ("mean", smallest(per_h=np.mean), "compared the mean over the seeds"),
+        ("largest", smallest(pick=max), "the largest head count that suffices"),
+        ("always 4", lambda results, target: 4, "the answer is 8, you returned 4"),
     ],
     "check_prune_heads": [
         ("one-shot", prune(pick="one-shot"), "ranking of the unpruned model"),
@@ -824,6 +851,10 @@ MUTANTS = {
 
 
 MUTANTS.update(NB09_MUTANTS)
+MUTANTS["check_sinusoidal_shift"] = [
+    *NB09_MUTANTS["check_sinusoidal_shift"],
+    ("least squares", least_squares_shift, "as a least-squares fit gives"),
+]
 
 
 MUTANTS.update(NB10_MUTANTS)  # notebook 10's, written in test_checks_10.py

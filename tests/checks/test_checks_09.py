@@ -72,6 +72,14 @@ def alibi_with(query_start="last", signed=False, plus=0):
     return bias
 
 
+def least_squares_shift(k, d, base):
+    """What the exercise forbids: R fitted by least squares on a long table, as the notebook
+    does before the exercise (positions 0 to 1999 of a table of 4000)."""
+    table = POS.sinusoidal_table(4000, d, base)
+    first = max(0, -k)
+    return np.linalg.lstsq(table[first : first + 2000], table[first + k : first + k + 2000])[0]
+
+
 NB09_MUTANTS = {
     "check_sinusoidal_shift": [
         ("transposed", lambda k, d, b: POS.sinusoidal_shift(k, d, b).T, "moves positions by -k"),
@@ -176,3 +184,12 @@ def test_alibi_entries_a_causal_query_cannot_see_are_not_checked(capsys):
     checks.check_alibi_bias(masked)
     checks.check_alibi_bias(alibi_with(signed=True))  # +slope x distance after the query
     assert capsys.readouterr().out.count("✓") == 2
+
+
+def test_a_least_squares_fit_is_rejected_though_it_fits_small_tables():
+    """It is right to 1e-9 for d_model 8 and below, so only the check's d_model = 64 case
+    (slow pairs a fit cannot pin down) tells it from the closed form."""
+    for k, d, base in ((3, 8, 10000.0), (5, 6, 100.0), (-2, 4, 10.0)):
+        assert np.allclose(least_squares_shift(k, d, base), POS.sinusoidal_shift(k, d, base))
+    with pytest.raises(CheckFailed, match="outside the 2 x 2 blocks .* least-squares fit"):
+        checks.check_sinusoidal_shift(least_squares_shift)

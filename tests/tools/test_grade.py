@@ -232,17 +232,38 @@ def test_bad_submissions_score_0_with_the_reason_and_the_batch_goes_on(tmp_path)
     }
     data = json.loads((out / "gradebook.json").read_text())
     status = {s: (nbs[0]["status"], nbs[0]["reason"]) for s, nbs in data["notebooks"].items()}
-    assert status["a_dies"][0] == "kernel died"
-    assert status["b_loops"] == ("timeout", "cell 2 ran longer than 8 s")
+    message = {s: nbs[0]["checks"][0]["message"] for s, nbs in data["notebooks"].items()}
+    # graded per exercise: the kernel is restarted after a cell that hangs or kills it, and
+    # the check of the exercise that did it fails with the reason
+    assert status["a_dies"] == ("graded", "the kernel was restarted after: kernel died: "
+                                "the kernel died in cell 2")  # fmt: skip
+    assert "Not run: cell 2 (kernel died: the kernel died in cell 2)" in message["a_dies"]
+    assert status["b_loops"] == ("graded", "the kernel was restarted after: timeout: cell 2 "
+                                 "ran longer than 8 s")  # fmt: skip
     assert status["d_not_json"][0] == "not a notebook" and "not JSON" in status["d_not_json"][1]
     assert status["e_unreadable"][0] == "unreadable"
     assert status["f_not_a_notebook"][0] == "not a notebook"
-    assert (
-        status["g_slow_check"][0] == "timeout"
-        and "check_log_softmax_list" in status["g_slow_check"][1]
-    )
-    assert status["c_good"][0] == status["h_good_too"][0] == "graded"
+    assert status["g_slow_check"][0] == "graded"
+    assert message["g_slow_check"].startswith("timeout: cell 3 (check_log_softmax_list(")
+    assert status["c_good"] == status["h_good_too"] == ("graded", "")
     assert "kernel died" in rows["a_dies"]["failures"]
+
+
+def test_one_hanging_or_exiting_exercise_costs_only_itself(tmp_path):
+    """The policy (finding 7 of the class trial): a function that hangs, or that calls
+    os._exit, fails its own check; the kernel is restarted and the right answers after it
+    still count (they used to score 0 with the rest of the notebook)."""
+    source = course(tmp_path, n_exercises=3)
+    right = [RIGHT.format(name=f"softmax_{i}") for i in range(3)]
+    hangs = "def softmax_0(row):\n    while True:\n        pass\n"
+    exits = "import os\n\n\ndef softmax_1(row):\n    os._exit(3)\n"
+    path = submit(tmp_path, source, "ivy", [hangs, exits, right[2]])
+    result = grade.grade_notebook(path, source, "ivy", cell_timeout=8)
+    assert result.status == "graded" and result.score == 1
+    assert [c.passed for c in result.checks] == [False, False, True]
+    assert result.checks[0].message.startswith("timeout: cell 3 (check_log_softmax_list(")
+    assert result.checks[1].message.startswith("kernel died: the kernel died in cell 5")
+    assert result.reason.count("; ") == 1  # two restarts
 
 
 def test_missing_notebooks_are_listed_for_every_student(tmp_path):
@@ -306,6 +327,27 @@ def test_only_the_cells_the_checked_functions_need_are_run():
     ]
     assert grade.needed_cells(sources, {6: {"f"}}) == {0, 2, 4, 5}
     assert grade.needed_cells(["def f(:", "x = 1"], {2: {"f"}}) == {0}  # unparsable: run
+    # a star import may define any name the function reads: always run
+    assert grade.needed_cells(["from math import *", "y = 2", "def f(x):\n    return exp(x)"],
+                              {3: {"f"}}) == {0, 2}  # fmt: skip
+
+
+def test_a_star_import_the_answer_needs_is_run(tmp_path):
+    """`from math import *` in its own cell, and a right answer that uses exp and log from
+    it: graded right (it used to fail with NameError, the star import never run)."""
+    source = course(tmp_path)
+    body = (
+        "def softmax_0(row):\n"
+        "    m = max([s for s in row if s != -inf] or [0.0])\n"
+        "    total = sum(exp(s - m) for s in row)\n"
+        "    return [s - m - log(total) if total else -inf for s in row]\n"
+    )
+    path = submit(tmp_path, source, "sam", [body])
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(2, new_code_cell("from math import *"))
+    nbformat.write(nb, path)
+    result = grade.grade_notebook(path, source, "sam")
+    assert [(c.passed, c.message) for c in result.checks] == [(True, "")]
 
 
 # --------------------------------------------------------------------------- MHAParams answers

@@ -1,0 +1,116 @@
+"""lib.doctor (`python -m lib.doctor`): what it prints on this machine, a version that is
+not the pinned one, a package that is missing, a platform where it cannot look (no
+threadpoolctl, unreadable metadata), and the pins it compares with equal constraints.txt's."""
+
+import subprocess
+import sys
+import tomllib
+
+import numpy as np
+import pytest
+from helpers import ROOT
+
+from lib import doctor, install
+
+
+def constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[install._key(name)] = version.strip()
+    return pins
+
+
+def test_the_pins_are_constraints_txt_s():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pinned = pyproject["project"]["optional-dependencies"][doctor.PINNED_PART]
+    want = constraints()
+    for requirement in pinned:
+        name, version = requirement.split("==")
+        assert want[install._key(name)] == version, f"{name}: pyproject {version}, constraints"
+
+
+def test_the_report_on_this_machine():
+    text = doctor.report()
+    assert f"NumPy       {np.__version__}" in text
+    assert "Python      " in text and "Colab       " in text
+    for variable in doctor.THREAD_VARIABLES:
+        assert f"{variable}=" in text
+    assert "Will your outputs match the ones stored in the notebooks?" in text
+    assert "strict nbval compares those printed numbers" in text
+    for name in ("numpy", "torch", "scipy", "threadpoolctl"):
+        assert f"\n  {name} " in text
+    from threadpoolctl import threadpool_info
+
+    blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
+    assert blas and f"blas: {blas[0]['internal_api']} {blas[0]['version']}" in text
+    if blas[0].get("architecture"):
+        assert f"kernels {blas[0]['architecture']}" in text
+
+
+def test_a_version_other_than_the_pinned_one_is_named(monkeypatch):
+    versions = dict(install.installed_versions(), numpy="2.1.3")
+    monkeypatch.setattr(install, "installed_versions", lambda: versions)
+    text = doctor.report()
+    assert "\n  - numpy 2.1.3 instead of 2.4.6\n" in text
+    assert "Mostly: this environment differs" in text
+    versions["numpy"] = "1.26.4"  # below the tested range
+    assert "numpy 1.26.4 instead of 2.4.6 (outside the tested range)" in doctor.report()
+
+
+def test_a_missing_package_is_named(monkeypatch):
+    versions = install.installed_versions()
+    versions.pop("torch")
+    versions.pop("scipy")
+    monkeypatch.setattr(install, "installed_versions", lambda: versions)
+    text = doctor.report()
+    assert f"{'torch':<22} {'-':<12} not installed (optional part 'torch')" in text
+    assert "- scipy is not installed" in text
+
+
+def test_what_it_cannot_check_it_says(monkeypatch):
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # import fails
+    monkeypatch.setattr(install, "requirements", lambda needs=(): 1 / 0)
+    text = doctor.report()
+    assert "Could not check:" in text
+    assert "the BLAS library and its kernels" in text
+    assert "the course's metadata is unreadable" in text
+    assert "Probably: nothing checked differs" in text
+
+
+def test_it_never_fails(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "report", lambda: 1 / 0)
+    assert doctor.main() == 0
+    assert "could not finish (ZeroDivisionError" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("colab", [False, True])
+def test_python_m_lib_doctor(colab, tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    if colab:
+        env["COLAB_RELEASE_TAG"] = "test"
+    run = subprocess.run(
+        [sys.executable, "-m", "lib.doctor"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert f"Colab       {'yes' if colab else 'no'}" in run.stdout
+    assert "Will your outputs match" in run.stdout
+    assert run.stderr == ""
+
+
+def test_the_set_up_cell_note_is_silent_where_the_tests_cover_it(monkeypatch, capsys):
+    versions = dict(install.installed_versions(), numpy="2.1.3")  # Colab's: tested
+    monkeypatch.setattr(install, "installed_versions", lambda: versions)
+    doctor.note()
+    assert capsys.readouterr().out == ""
+    versions["numpy"] = "1.26.4"
+    monkeypatch.setattr(doctor, "TESTED_KERNELS", ())
+    doctor.note()
+    out = capsys.readouterr().out
+    assert out.startswith("Note: outputs may differ from the stored ones here (numpy 1.26.4 ")
+    assert "OpenBLAS kernels" in out and out.count("\n") == 1
+    monkeypatch.setattr(install, "requirements", lambda needs=(): 1 / 0)
+    monkeypatch.setattr(doctor, "_blas_rows", lambda could_not: 1 / 0)
+    doctor.note()  # never fails
+    assert capsys.readouterr().out == ""
