@@ -227,10 +227,8 @@ class Decoder:
             k_norm = max(self._k_norm, V.largest_row_norm(k_new))
             fine = V.scores_fit(rows, keys, q_norm, k_norm)  # every pair: masked ones too
             if fine and t == 1:  # one new query per head: it may attend to every cached key
-                # keys @ rows^T streams the keys row by row; rows @ keys^T, with the few rows
-                # of a group, ran slower in float32 BLAS (notebook 10, section 7, times both)
-                scores = (keys @ rows.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)
-                weights = A.softmax_inplace(np.ascontiguousarray(scores))  # (b, kv, g, end)
+                # (keys @ rows^T)^T won only with some kernels: bench/results/*-decode-order.txt
+                weights = A.softmax_inplace(rows @ keys.transpose(0, 1, 3, 2))  # (b, kv, g, end)
                 heads = (weights @ values).reshape(batch, d)  # (batch, kv, g, d_k) flattened
             elif fine:  # a prompt: causal among the new tokens, queries stacked per group
                 plan = BW.make_plan(None, True, t, end, dtype, kv, g)
