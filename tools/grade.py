@@ -288,7 +288,9 @@ class Kernel:
     def execute(self, code: str, what: str) -> dict:
         """Run code; return the reply's content. Raises GradingAbort on a dead kernel or a
         timeout."""
-        msg_id = self.kc.execute(code, store_history=False, allow_stdin=False)
+        # stop_on_error=False: after a cell that raised, the kernel must not abort the next request
+        # (ipykernel aborts what arrives while it clears its queue: a check call, under load)
+        msg_id = self.kc.execute(code, store_history=False, allow_stdin=False, stop_on_error=False)
         start = time.monotonic()
         while True:
             while True:  # outputs are not needed: drop them (works on jupyter_client 7 and 8)
@@ -328,14 +330,15 @@ class Kernel:
             f"'_user_ns': get_ipython().user_ns, '_args_path': {str(args_path)!r}, "
             f"'_result_dir': {str(folder)!r}}})"
         )
-        self.execute(code, what)
+        reply = self.execute(code, what)
         try:
             with open(folder / "result.json") as f:
                 result = json.load(f)
             with np.load(folder / "arrays.npz", allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}
         except (OSError, ValueError) as exc:
-            raise RuntimeError(f"the kernel sent back no readable answer ({exc})") from None
+            why = f"{reply.get('ename')}: {reply.get('evalue')}" if reply.get("ename") else exc
+            raise RuntimeError(f"the kernel sent back no readable answer ({why})") from None
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         kind = result.get("kind")

@@ -39,9 +39,10 @@ data) and writes results.json in Gradescope's documented format:
 
 A submission that cannot be graded scores 0 on every test, whose output says why: no
 notebook submitted, several and none named like the assignment, not a notebook (not JSON,
-not nbformat), a kernel that died, a cell or a check's call longer than the cell timeout, a
-notebook longer than the notebook timeout, or a submission that changed the course's files
-on disk. None of these crashes the autograder.
+not nbformat), or a submission that changed the course's files on disk. A cell that hangs
+past the cell timeout or kills the kernel costs only the exercises that need it
+(tools/grade.py restarts the kernel and goes on; the test's output says so). None of these
+crashes the autograder.
 
 Paths and limits come from the environment, so that the tests can lay out a temporary
 folder as ``/autograder``: ``AUTOGRADER_ROOT`` (default ``/autograder``),
