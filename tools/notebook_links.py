@@ -71,7 +71,8 @@ if course_missing:  # not installed, or pip was stopped half-way: install it (ag
     importlib.invalidate_caches()
     sys.modules.pop("lib.install", None)  # a half-written copy may have been imported
     install = importlib.import_module("lib.install")
-install.set_up(needs={needs}, started=started)"""
+install.set_up(needs={needs}, started=started)
+importlib.import_module("lib.doctor").note()  # one line, only if outputs may differ here"""
 
 SOURCE_PUBLISHED = '''\
     todo = (  # what to do, where the learner is
