@@ -33,7 +33,10 @@ like the course's are written there and nothing else in DIR is touched or remove
 ``--nbgrader`` alone does not rebuild the student release (give ``--out`` as well for both).
 
 Only the standard library and nbformat are used, so the script runs in the course's
-environment. The conventions are written down in docs/instructor_guide.md.
+environment. The title cell of each student notebook changes too: its Colab badge opens the
+blank notebook (published on the branch ``student``), and its bullet on the exercises points
+to ``checks.show_solution`` instead of saying they are solved. The conventions are written
+down in docs/instructor_guide.md.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from pathlib import Path
 
 import nbformat
 
+from tools import notebook_links
+
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"
 BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
@@ -59,6 +64,14 @@ CHECK_CALL = re.compile(r"\bchecks\.(check_\w+)\s*\(\s*(\w+)?")
 # Anything that looks like an attempt at a marker, to catch typos that would leak code.
 NEAR_MARKER = re.compile(r"(BEGIN|END)\s+(SOLUTION|HIDDEN\s+TESTS?)", re.IGNORECASE)
 DEF_NAME = re.compile(r"^\s*def\s+(\w+)\s*\(", re.MULTILINE)
+# The title cell's bullet about the exercises (to its next bullet or paragraph), which says
+# where they are solved; the student release says instead how to reach the answers.
+EXERCISES_BULLET = re.compile(r"^- \*\*Exercises:\*\*.*?(?=\n\n|\n- |\Z)", re.MULTILINE | re.DOTALL)
+STUDENT_BULLET = (
+    "- **Exercises:** blank, for you to write; the check cell after each one names the "
+    'mistake it sees.\n  Stuck after trying? `checks.show_solution("{name}")` (the name '
+    "your check cell passes)\n  prints the course's answer, after a warning."
+)
 
 _MARKERS = {
     BEGIN_SOLUTION: ("solution", "begin"),
@@ -173,6 +186,37 @@ def student_notebook(nb, name: str):
     return nb, infos
 
 
+def student_title(nb, name: str, repo) -> None:
+    """Rewrite the student notebook ``nb``'s title cell: its Colab badge opens the blank
+    notebook (``repo``: the course's public address, or None), and its bullet on the
+    exercises says how to reach an answer (``checks.show_solution``) instead of where they
+    are solved."""
+    title = nb.cells[0] if nb.cells else None
+    if title is None or title.cell_type != "markdown" or not title.source.startswith("# "):
+        return  # no title cell (the course's notebooks all have one: notebook_links checks)
+    title.source = notebook_links.with_badge(
+        title.source, notebook_links.badge(repo, name, student=True)
+    )
+    first_check = next(
+        (
+            m
+            for cell in nb.cells
+            if cell.cell_type == "code"
+            for m in CHECK_CALL.finditer(cell.source)
+        ),
+        None,
+    )
+    if first_check is None:
+        return
+    if not EXERCISES_BULLET.search(title.source):
+        raise MarkerError(
+            f"{name}: the title cell has exercises but no bullet '- **Exercises:** ...' saying "
+            "where they are solved (the student release rewrites it)"
+        )
+    bullet = STUDENT_BULLET.format(name=first_check.group(2) or first_check.group(1))
+    title.source = EXERCISES_BULLET.sub(lambda _: bullet, title.source, count=1)
+
+
 def _unique(grade_id: str, taken: set[str]) -> str:
     candidate, n = grade_id, 2
     while candidate in taken:
@@ -278,9 +322,11 @@ def build(src: Path, out: Path) -> list[tuple[Path, Path]]:
     """Write the student version of every notebook in ``src`` to ``out``."""
     pairs = []
     released = []
+    repo = notebook_links.repository()
     for path in _notebooks(src):
         nb = nbformat.read(path, as_version=4)
         student, _ = student_notebook(nb, path.name)
+        student_title(student, path.name, repo)
         nbformat.validate(student)
         released.append((path, out / path.name, student))
     _clear_old(out)  # only once every notebook has been transformed without error

@@ -35,6 +35,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 DATA_FILES = ("probe_sentences.json",)  # data/ files read at run time, shipped in lib/data/
 BRANCH = "main"
+STUDENT_BRANCH = "student"  # the student release, published by .github/workflows/student.yml
 SETUP_CELL_ID = "setup"
 SETUP_FIRST_LINE = "# Set-up. After `make lab` this cell does nothing."
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
@@ -116,9 +117,11 @@ class Repository:
     def archive(self) -> str:
         return f"{self.url}/archive/refs/heads/{BRANCH}.zip"
 
-    def colab(self, notebook: str) -> str:
-        path = f"{self.owner}/{self.name}/blob/{BRANCH}/notebooks/{notebook}"
-        return f"https://colab.research.google.com/github/{path}"
+    def colab(self, notebook: str, student: bool = False) -> str:
+        """Colab's address of a notebook: the solved one on the main branch, or with
+        ``student=True`` its blank version at the root of the student release's branch."""
+        where = f"{STUDENT_BRANCH}/{notebook}" if student else f"{BRANCH}/notebooks/{notebook}"
+        return f"https://colab.research.google.com/github/{self.owner}/{self.name}/blob/{where}"
 
 
 def repository(pyproject: Path = ROOT / "pyproject.toml") -> Repository | None:
@@ -183,10 +186,13 @@ def _tuple(names: tuple[str, ...]) -> str:
     return f"({items},)" if len(names) == 1 else f"({items})"
 
 
-def badge(repo: Repository | None, notebook: str) -> str:
+def badge(repo: Repository | None, notebook: str, student: bool = False) -> str:
     if repo is None:
         return UNPUBLISHED_BADGE
-    return f"[![Open In Colab]({BADGE_IMAGE})]({repo.colab(notebook)})"
+    line = f"[![Open In Colab]({BADGE_IMAGE})]({repo.colab(notebook, student)})"
+    if student:  # the blank notebook's badge, then where its solved version opens
+        line += f" (blank exercises; [the solved notebook]({repo.colab(notebook)}))"
+    return line
 
 
 def with_badge(title_cell: str, line: str) -> str:

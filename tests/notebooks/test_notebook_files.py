@@ -123,3 +123,18 @@ def test_no_printed_line_wraps_in_jupyterlab(path):
             lengths = [len(line) for line in text.split("\n")]
             long += [(index, n) for n in lengths if n > MAX_OUTPUT_CHARS]
     assert not long, f"{path.name}: (cell, characters) of lines over {MAX_OUTPUT_CHARS}: {long}"
+
+
+TITLE_BULLETS = ("- **Needs:**", "- **Time:**", "- **Exercises:** solved here;")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_title_cell_has_the_same_parts_in_the_same_order(path):
+    # The title, the Colab line, then what a reader decides by (read by make student, which
+    # rewrites the exercises bullet, and by anyone choosing what to read next).
+    source = nbformat.read(path, as_version=4).cells[0].source
+    paragraphs = source.split("\n\n")
+    assert paragraphs[0].startswith(f"# {path.name[:2]} · "), paragraphs[0]
+    assert paragraphs[1].startswith(("*Run in Colab:*", "[![Open In Colab]")), paragraphs[1]
+    bullets = re.findall(r"^- \*\*\w+:\*\*(?: solved here;)?", paragraphs[2], re.MULTILINE)
+    assert tuple(bullets) == TITLE_BULLETS, f"{path.name}: {paragraphs[2]!r}"

@@ -261,3 +261,61 @@ def test_nbgrader_and_out_together_write_both(tmp_path):
     assert ms.main(["--src", str(src), "--nbgrader", str(course), "--out", str(out)]) == 0
     assert "x = 1" not in (out / "01_a.ipynb").read_text()
     assert "x = 1" in (course / "01_a.ipynb").read_text()
+
+
+SOLVED_TITLE = """\
+# 01 · A title
+
+*Run in Colab:* not yet.
+
+- **Needs:** nothing.
+- **Exercises:** solved here; `make lab-student` opens the blank student release
+  (`build/student/`, copied once to `homework/`) in JupyterLab.
+
+The introduction."""
+
+
+def titled(title=SOLVED_TITLE):
+    return notebook(
+        new_markdown_cell(title),
+        new_code_cell(
+            "def softmax(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION"
+        ),
+        new_code_cell("checks.check_softmax(softmax)"),
+    )
+
+
+def test_student_title_points_to_show_solution_instead_of_the_solutions():
+    nb, _ = ms.student_notebook(titled(), "01_a.ipynb")
+    ms.student_title(nb, "01_a.ipynb", None)
+    title = nb.cells[0].source
+    assert "solved here" not in title
+    assert '`checks.show_solution("softmax")`' in title  # the first exercise's name
+    assert "*Run in Colab:* not yet" in title  # no public address: no badge
+    assert title.endswith("after a warning.\n\nThe introduction.")  # the rest kept
+
+
+def test_student_badge_opens_the_blank_notebook_and_links_the_solved_one():
+    repo = ms.notebook_links.Repository("someone", "course")
+    nb, _ = ms.student_notebook(titled(), "01_a.ipynb")
+    ms.student_title(nb, "01_a.ipynb", repo)
+    title = nb.cells[0].source
+    student = "https://colab.research.google.com/github/someone/course/blob/student/01_a.ipynb"
+    solved = (
+        "https://colab.research.google.com/github/someone/course/blob/main/notebooks/01_a.ipynb"
+    )
+    assert f"]({student})" in title and f"[the solved notebook]({solved})" in title
+    assert ms.notebook_links.STUDENT_BRANCH == "student"
+
+
+def test_a_title_without_the_exercises_bullet_is_an_error():
+    nb, _ = ms.student_notebook(titled(SOLVED_TITLE.replace("**Exercises:**", "**Tasks:**")), "x")
+    with pytest.raises(ms.MarkerError, match=r"Exercises:"):
+        ms.student_title(nb, "01_a.ipynb", None)
+
+
+def test_the_student_release_workflow_publishes_what_the_badges_open():
+    workflow = (ms.notebook_links.ROOT / ".github" / "workflows" / "student.yml").read_text()
+    assert "make student" in workflow
+    assert "build/student" in workflow
+    assert f"HEAD:{ms.notebook_links.STUDENT_BRANCH}" in workflow
