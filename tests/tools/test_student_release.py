@@ -92,6 +92,7 @@ def test_no_solution_code_left(path, release):
         assert not re.search(r"(BEGIN|END) (SOLUTION|HIDDEN TESTS)", cell.source), cell.source
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, cell.source
+
     # Cells without regions are copied unchanged, but for the title cell's Colab line and
     # its bullet on the exercises, which make student rewrites.
     def without_rewritten(title):
