@@ -61,10 +61,10 @@ def _package_rows(could_not: list[str]) -> tuple[list[str], list[str], list[str]
         ranges = {}
         for name, spec, part in install.requirements(parts):
             ranges.setdefault(install._key(name), (name, spec, part))
+        installed = install.installed_versions()
     except Exception as exc:  # noqa: BLE001 - the doctor reports, it never fails
         could_not.append(f"the pinned versions: the course's metadata is unreadable ({exc})")
         return [], [], []
-    installed = install.installed_versions()
     lines, differences, untested = [], [], []
     for key in sorted(set(ranges) | set(pins)):
         name, spec, part = ranges.get(key, (key, "", None))
@@ -89,6 +89,7 @@ def _package_rows(could_not: list[str]) -> tuple[list[str], list[str], list[str]
                 differences.append(
                     f"{name} {have} instead of {pin}"
                     + (" (outside the tested range)" if inside is False else "")
+                    + (" (a version string that cannot be read)" if inside is None else "")
                 )
                 if inside is False:
                     untested.append(differences[-1])
@@ -97,7 +98,8 @@ def _package_rows(could_not: list[str]) -> tuple[list[str], list[str], list[str]
 
 
 def _platform_differences(kernels: list[str]) -> list[str]:
-    """A Python or OpenBLAS kernel set the suite is not run with (``make test-matrix``)."""
+    """A Python or BLAS kernel set the suite is not run with (``make test-matrix``):
+    ``kernels`` has one entry per BLAS library, its OpenBLAS kernel set or what it is."""
     found = []
     python = ".".join(platform.python_version_tuple()[:2])
     if python not in TESTED_PYTHONS:
@@ -105,7 +107,7 @@ def _platform_differences(kernels: list[str]) -> list[str]:
     untested = [k for k in kernels if k not in TESTED_KERNELS]
     if untested:
         found.append(
-            f"OpenBLAS kernels {', '.join(untested)} (the suite is checked with "
+            f"BLAS kernels {', '.join(untested)} (the suite is checked with OpenBLAS's "
             f"{' and '.join(TESTED_KERNELS)})"
         )
     return found
@@ -134,18 +136,22 @@ def _known_parts() -> set[str]:
 
 
 def _inside(spec: str, version: str) -> bool | None:
+    """Whether ``version`` is in the range ``spec``; None when that cannot be told."""
     try:
-        return install._satisfies(spec, version) if spec else True
+        if not spec:
+            return True
+        return install._satisfies(spec, version) if install._valid(version) else None
     except Exception:  # noqa: BLE001 - an unreadable version is "unknown", not an error
         return None
 
 
 def _blas_rows(could_not: list[str]) -> tuple[list[str], list[str]]:
-    """(a line per thread pool, the kernel sets of the BLAS libraries found)."""
+    """(a line per thread pool, the kernel set of each BLAS library found: OpenBLAS names
+    its own; any other library, or an OpenBLAS that names none, gets "<library>'s own")."""
     try:
         import numpy  # noqa: F401 - loads NumPy's BLAS, so that threadpoolctl sees it
         from threadpoolctl import threadpool_info
-    except ImportError as exc:
+    except Exception as exc:  # noqa: BLE001 - missing, or broken on import
         could_not.append(f"the BLAS library and its kernels: {exc}")
         return [], []
     try:
@@ -157,15 +163,15 @@ def _blas_rows(could_not: list[str]) -> tuple[list[str], list[str]]:
     for pool in pools:
         api = pool.get("internal_api", "?")
         arch = pool.get("architecture")
-        if pool.get("user_api") == "blas" and arch:
-            kernels.append(str(arch))
+        if pool.get("user_api") == "blas":
+            kernels.append(str(arch) if arch else f"{api}'s own")
         lines.append(
             f"  {pool.get('user_api', '?')}: {api} {pool.get('version') or '(version unknown)'}"
             + (f", kernels {arch}" if arch else "")
             + f", {pool.get('num_threads', '?')} threads"
         )
-    if not lines:
-        could_not.append("the BLAS library: threadpoolctl found no thread pool")
+    if not kernels:
+        could_not.append("the BLAS library: threadpoolctl found no BLAS thread pool")
     return lines, kernels
 
 
@@ -187,7 +193,7 @@ def report() -> str:
         import numpy
 
         out.append(f"NumPy       {numpy.__version__}")
-    except ImportError as exc:
+    except Exception as exc:  # noqa: BLE001 - missing, or broken on import
         could_not.append(f"NumPy: {exc}")
     blas, kernels = _blas_rows(could_not)
     out += ["Thread pools (threadpoolctl)", *blas] if blas else []

@@ -21,7 +21,8 @@ to build the image, then, for every submission, ``run_autograder`` (working dire
   then the course from the wheel in the zip. Only pip's package index is used.
   ``DRY_RUN=1`` prints the commands instead of running them.
 - ``run_autograder`` (tools/autograder/run_autograder): ``python -m tools.gradescope run``
-  from ``course/``, and a results.json saying the autograder failed if it wrote none.
+  from ``course/``, and a results.json saying the autograder failed if it stopped before
+  finishing (what the submission may have written there is not kept).
 - ``course/``: the wheel (``dist/``), the pinned files, ``lib/`` and ``tools/`` (the grader;
   the checks run from this copy, in the grader's process), ``data/`` and the one course
   notebook (solved: the zip must stay with the instructor), and ``ASSIGNMENT``, its name.
@@ -38,11 +39,11 @@ data) and writes results.json in Gradescope's documented format:
   (the check's one sentence, or "passed") and ``visibility`` "visible".
 
 A submission that cannot be graded scores 0 on every test, whose output says why: no
-notebook submitted, several and none named like the assignment, not a notebook (not JSON,
-not nbformat), or a submission that changed the course's files on disk. A cell that hangs
-past the cell timeout or kills the kernel costs only the exercises that need it
-(tools/grade.py restarts the kernel and goes on; the test's output says so). None of these
-crashes the autograder.
+notebook submitted, several and none named like the assignment, a symbolic link, not a
+notebook (not JSON, not nbformat), or a submission that changed the course's files on disk.
+A cell that hangs past the cell timeout or kills the kernel costs only the exercises that
+need it (tools/grade.py restarts the kernel and goes on; the test's output says so). None of
+these crashes the autograder.
 
 Paths and limits come from the environment, so that the tests can lay out a temporary
 folder as ``/autograder``: ``AUTOGRADER_ROOT`` (default ``/autograder``),
@@ -148,11 +149,13 @@ def choose_submission(folder: Path, expected: str) -> tuple[Path | None, str]:
     """The notebook to grade among the submitted files, or None and why there is none.
 
     The file named like the assignment wins; else the only notebook submitted. Hidden files
-    and folders (a name starting with a dot: .git, the workflow's .course) are skipped."""
-    files = []
+    and folders (a name starting with a dot: .git, the workflow's .course) are skipped, and
+    so are symbolic links (a pushed link to the course's solved notebook is not an answer)."""
+    files, links = [], []
     for parent, dirs, names in os.walk(folder):  # no symlinks followed, hidden folders skipped
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP)
-        files += [Path(parent) / n for n in sorted(names) if not n.startswith(".")]
+        for path in (Path(parent) / n for n in sorted(names) if not n.startswith(".")):
+            (links if path.is_symlink() else files).append(path)
     notebooks = [p for p in files if p.suffix == ".ipynb"]
     named = [p for p in notebooks if p.name == expected]
     if named:
@@ -162,6 +165,9 @@ def choose_submission(folder: Path, expected: str) -> tuple[Path | None, str]:
     if notebooks:
         listed = ", ".join(p.name for p in notebooks)
         return None, f"several notebooks were submitted ({listed}) and none is named {expected}"
+    linked = [p.name for p in links if p.suffix == ".ipynb"]
+    if linked:
+        return None, f"{', '.join(linked)}: a symbolic link is not graded; submit {expected} itself"
     if files:
         listed = ", ".join(p.name for p in files[:5]) + (", ..." if len(files) > 5 else "")
         return None, f"no notebook (.ipynb) was submitted, only: {listed}; submit {expected}"

@@ -32,9 +32,11 @@ def _exercises() -> list[dict]:
     return json.loads(SOLUTIONS.read_text(encoding="utf-8"))["exercises"]
 
 
-def solution(name: str) -> dict:
+def solution(name) -> dict:
     """The exercise called ``name`` (the function its check is given, e.g. "softmax", or the
-    check's own name, e.g. "check_softmax"): {"name", "notebook", "check", "source"}."""
+    check's own name, e.g. "check_softmax"; or either function itself, as the check cell
+    passes it): {"name", "notebook", "check", "source"}."""
+    name = getattr(name, "__name__", name)
     exercises = _exercises()
     for exercise in exercises:
         if name in (exercise["name"], exercise["check"]):

@@ -624,6 +624,8 @@ def _sufficient_tables():
     yield _table(0.95, (1, 4), {1: [0.3, 0.2], 4: [0.97, 0.5]})
     # 2 heads: the mean (0.85) and the median reach 0.8, one seed (0.75) does not
     yield _table(0.8, (5, 2, 3), {2: [0.9, 0.9, 0.75], 3: [0.85, 0.8, 0.95], 5: [1.0, 0.9, 0.95]})
+    # 2 heads: 0.9896 prints as 0.990 (3 digits) and 0.99, yet is below the target
+    yield _table(0.99, (4, 2, 8), {2: [0.9896, 0.995, 1.0], 4: [0.991, 0.99, 0.999], 8: [1.0] * 3})
 
 
 def _smallest(results, target, reached=None, per_h=min, pick=min):
@@ -665,6 +667,16 @@ def _reading_mistakes(name: str):
             lambda r, t: _smallest(r, t, reached=lambda a: round(a, 2) >= t),
             f"{name}: you rounded the accuracies before comparing them (0.986 prints as 0.99 "
             "but is below 0.99); compare the unrounded accuracy, or use 'steps'.",
+        ),
+        (
+            lambda r, t: _smallest(r, t, reached=lambda a: round(a, 3) >= t),
+            f"{name}: you rounded the accuracies before comparing them (0.9896 prints as 0.990 "
+            "but is below 0.99); compare the unrounded accuracy, or use 'steps'.",
+        ),
+        (
+            lambda r, t: _smallest(r, t, per_h=lambda accs: accs[0]),
+            f"{name}: you looked at the first seed only; a head count suffices only when every "
+            "one of its seeds reached the target.",
         ),
         (
             lambda r, t: _smallest(r, t, reached=lambda a: a > t),

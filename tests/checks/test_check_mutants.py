@@ -684,6 +684,8 @@ MUTANTS = {
         ("median", smallest(per_h=np.median), "compared the median seed"),
         ("any seed", smallest(per_h=max), "one seed reaching the target is not enough"),
         ("rounded", smallest(reached=lambda a, t: round(a, 2) >= t), "rounded the accuracies"),
+        ("3 digits", smallest(reached=lambda a, t: round(a, 3) >= t), "0.9896 prints as 0.990"),
+        ("first seed", smallest(per_h=lambda accs: accs[0]), "the first seed only"),
         ("strict", smallest(reached=lambda a, t: a > t), "compare with >=, not >"),
         ("index", by_index, "not its position"),
         ("first met", smallest(pick=lambda ok: ok[0]), "not the first one you met"),

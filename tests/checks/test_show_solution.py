@@ -66,3 +66,15 @@ def test_an_unknown_name_lists_the_names():
     assert "09: sinusoidal_shift, rope_scores, alibi_bias" in message
     assert all(name in message for _, name in NAMES)
     assert info.value._render_traceback_() == [f"UnknownExercise: {message}"]
+
+
+def test_the_function_itself_is_understood_as_its_name(capsys):
+    """As the check cell passes it: show_solution(softmax), or the check itself."""
+
+    def sliding_window_mask(n, window):
+        raise NotImplementedError
+
+    checks.show_solution(sliding_window_mask)
+    checks.show_solution(checks.check_sliding_window_mask_list)
+    out = capsys.readouterr().out
+    assert out.count("reference answer for sliding_window_mask (notebook 01)") == 2

@@ -109,8 +109,63 @@ def test_the_set_up_cell_note_is_silent_where_the_tests_cover_it(monkeypatch, ca
     doctor.note()
     out = capsys.readouterr().out
     assert out.startswith("Note: outputs may differ from the stored ones here (numpy 1.26.4 ")
-    assert "OpenBLAS kernels" in out and out.count("\n") == 1
+    assert "BLAS kernels" in out and out.count("\n") == 1
     monkeypatch.setattr(install, "requirements", lambda needs=(): 1 / 0)
     monkeypatch.setattr(doctor, "_blas_rows", lambda could_not: 1 / 0)
     doctor.note()  # never fails
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    "pools, said",
+    [
+        ([{"user_api": "blas", "internal_api": "mkl"}], "BLAS kernels mkl's own (the suite"),
+        ([{"user_api": "blas", "internal_api": "openblas"}], "BLAS kernels openblas's own"),
+        ([{"user_api": "openmp", "internal_api": "openmp"}], "found no BLAS thread pool"),
+    ],
+)
+def test_a_blas_whose_kernels_the_suite_does_not_check_is_not_called_checked(
+    pools, said, monkeypatch
+):
+    """MKL, Accelerate, an OpenBLAS that names no kernel set, or no BLAS found: the verdict
+    must not say "a BLAS kernel set the suite checks"."""
+    import threadpoolctl
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: pools)
+    text = doctor.report()
+    assert said in text
+    assert "Yes:" not in text
+
+
+def test_an_unreadable_list_of_installed_packages_is_reported_not_raised(monkeypatch):
+    monkeypatch.setattr(install, "installed_versions", lambda: 1 / 0)
+    text = doctor.report()
+    assert "the course's metadata is unreadable (division by zero)" in text
+    assert "Probably: nothing checked differs" in text
+
+
+def test_odd_version_strings(monkeypatch):
+    versions = install.installed_versions()
+    pin = constraints()["numpy"]
+    monkeypatch.setattr(install, "installed_versions", lambda: versions)
+    versions["numpy"] = f"{pin}+cpu"  # a build of the pinned release
+    assert f"{'numpy':<22} {pin + '+cpu':<12} as pinned" in doctor.report()
+    versions["numpy"] = "1.0.dev0"
+    assert f"numpy 1.0.dev0 instead of {pin} (outside the tested range)" in doctor.report()
+    versions["numpy"] = "not-a-version"  # neither inside nor outside: unknown
+    text = doctor.report()
+    assert f"numpy not-a-version instead of {pin} (a version string that cannot be read)" in text
+    assert "OUTSIDE" not in text
+
+
+def test_a_numpy_that_breaks_on_import_is_reported(tmp_path):
+    """A NumPy built for another platform can raise more than ImportError on import."""
+    (tmp_path / "numpy").mkdir()
+    (tmp_path / "numpy" / "__init__.py").write_text("raise RuntimeError('built for another CPU')")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    run = subprocess.run(
+        [sys.executable, "-m", "lib.doctor"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert "- NumPy: built for another CPU" in run.stdout
+    assert "Will your outputs match" in run.stdout

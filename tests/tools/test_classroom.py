@@ -90,3 +90,25 @@ def test_the_workflow_commands_grade_a_students_push(tmp_path):
 def test_points_without_results_fails_with_a_sentence(tmp_path):
     code = classroom.main(["points", str(tmp_path / "missing.json"), "softmax_0"])
     assert code == 1
+
+
+def test_a_pushed_link_to_the_courses_solved_notebook_is_not_graded(tmp_path):
+    """The workflow checks the course, solved notebooks included, out into .course/: a
+    student's repository holding only a symbolic link to one of them gets no points."""
+    source = course(tmp_path, n_exercises=2)
+    repo = tmp_path / "student-repo"
+    (repo / ".course").mkdir(parents=True)
+    for tree in ("lib", "tools", "data"):
+        (repo / ".course" / tree).symlink_to(ROOT / tree, target_is_directory=True)
+    (repo / ".course" / "notebooks").symlink_to(source.parent, target_is_directory=True)
+    (repo / source.name).symlink_to(Path(".course") / "notebooks" / source.name)
+    script = repo / ".course" / "tools" / "classroom.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "grade", source.name],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "a symbolic link is not graded" in done.stdout
+    assert "0 of 2" not in done.stdout and "2 of 2" not in done.stdout

