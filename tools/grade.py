@@ -316,15 +316,17 @@ class Kernel:
             if reply["parent_header"].get("msg_id") == msg_id:
                 return reply["content"]
 
-    def call(self, expr: str, args: tuple, what: str):
+    def call(self, expr: str, args: tuple, what: str, refused: tuple = ()):
         """Call ``expr`` (the student's function, evaluated in the kernel) on ``args``; return
-        its answer rebuilt from plain data, or raise what it raised, rebuilt likewise."""
+        its answer rebuilt from plain data, or raise what it raised, rebuilt likewise.
+        ``refused``: the lib functions that raise instead of running meanwhile
+        (``lib.checks._core.refusing``)."""
         self.calls += 1
         folder = self.tmp / f"call{self.calls}"
         folder.mkdir()
         args_path = folder / "args.pickle"
         with open(args_path, "wb") as f:
-            pickle.dump((expr, args), f)
+            pickle.dump((expr, args, tuple(refused)), f)
         code = (
             f"exec(compile({KERNEL_CALL!r}, '<grader>', 'exec'), {{'__name__': '__grader__', "
             f"'_user_ns': get_ipython().user_ns, '_args_path': {str(args_path)!r}, "
@@ -455,6 +457,11 @@ class KernelFunction:
 
     def __call__(self, *args):
         return self.kernel.call(self.expr, args, self.what)
+
+    def refusing(self, refused):
+        """This function, called with the lib functions in ``refused`` refused in the kernel
+        while it runs (``lib.checks._core.call``)."""
+        return lambda *args: self.kernel.call(self.expr, args, self.what, tuple(refused))
 
 
 # --------------------------------------------------------------------------- one notebook

@@ -12,6 +12,8 @@ fails (shape, sums, ...).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 
@@ -66,18 +68,75 @@ def raised_in(exc: BaseException, fn: Callable) -> str | None:
 
 
 Hint = tuple[type, "str | Callable[[Exception], str]"]
+# A lib function an exercise asks the student to write: (module, qualified name, how the
+# notebook names it), e.g. ("lib.lists", "attention", "L.attention").
+Refused = tuple[str, str, str]
 
 
-def call(fn: Callable, name: str, *args, hints: Sequence[Hint] = ()):
+class LibCallRefused(Exception):  # noqa: N818 - named for what it reports
+    """Raised in place of a lib function while the student's function that should replace
+    it runs (see :func:`refusing`)."""
+
+
+def _refused(*args, **kwargs):
+    """The body swapped into a refused lib function (see :func:`refusing`): it runs with that
+    function's module globals, so it finds this module by import."""
+    raise __import__("lib.checks._core", fromlist=["_"]).LibCallRefused("MESSAGE")
+
+
+def _refusal(message: str):
+    """The code of a function that raises LibCallRefused(message), whatever it is passed."""
+    code = _refused.__code__
+    return code.replace(co_consts=tuple(message if c == "MESSAGE" else c for c in code.co_consts))
+
+
+@contextlib.contextmanager
+def refusing(refused: Sequence[tuple[str, str, str]]):
+    """While the block runs, each lib function in ``refused`` ((module, qualified name,
+    message) triples) raises LibCallRefused with its message instead of running. Its code is
+    swapped, so every name the student may have bound it to (``L.attention``, ``from
+    lib.lists import attention``, a method reached through an instance) is caught."""
+    swapped = []
+    try:
+        for module, qualname, message in refused:
+            target = importlib.import_module(module)
+            for part in qualname.split("."):
+                target = getattr(target, part)
+            if target.__code__.co_freevars:  # a closure: its code cannot be swapped
+                raise ValueError(f"cannot refuse {module}.{qualname}: it is a closure")
+            swapped.append((target, target.__code__))
+            target.__code__ = _refusal(message)
+        yield
+    finally:
+        for target, code in swapped:
+            target.__code__ = code
+
+
+def refused_message(name: str, label: str) -> str:
+    """The sentence a check gives when the student's ``name`` calls lib's ``label``."""
+    return f"{name}: this exercise asks you to write it yourself, not to call {label}."
+
+
+def call(
+    fn: Callable, name: str, *args, hints: Sequence[Hint] = (), refuse: Sequence[Refused] = ()
+):
     """Call the student's function, turning whatever it raises into one clear sentence.
 
     A stub says "not implemented yet"; a stub in a helper that ``fn`` calls is named as such
     (the helper, not ``fn``, is unfinished). A hint maps an exception type to a sentence, or
     to a function of the exception that returns one (to quote it); any other exception is
-    quoted as "<name> raised <type>: <message>".
+    quoted as "<name> raised <type>: <message>". ``refuse`` names the lib functions that do
+    what the exercise asks: while ``fn`` runs they raise instead, and the check says "write
+    it yourself" (a function run in the grader's kernel is given them to refuse there).
     """
+    refused = [(mod, qualname, refused_message(name, label)) for mod, qualname, label in refuse]
     try:
-        return fn(*args)
+        if refused and hasattr(fn, "refusing"):  # the grader's stand-in for a kernel's function
+            return fn.refusing(refused)(*args)
+        with refusing(refused):
+            return fn(*args)
+    except LibCallRefused as exc:
+        raise CheckFailed(str(exc)) from None
     except NotImplementedError as exc:
         helper = raised_in(exc, fn)
         if helper is not None and helper != name:
@@ -89,6 +148,8 @@ def call(fn: Callable, name: str, *args, hints: Sequence[Hint] = ()):
             f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
         ) from None
     except Exception as exc:  # noqa: BLE001 - any error in student code becomes a message
+        if type(exc).__name__ == "LibCallRefused":  # rebuilt by the grader from the kernel's
+            raise CheckFailed(str(exc)) from None
         for exc_type, hint in hints:
             if isinstance(exc, exc_type):
                 raise CheckFailed(hint(exc) if callable(hint) else hint) from None

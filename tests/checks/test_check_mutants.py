@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import stub
+from helpers import attention_lists, stub
 from test_checks_09 import NB09_MUTANTS, least_squares_shift
 from test_checks_10 import NB10_MUTANTS
 from test_checks_robustness import REFERENCES
@@ -203,8 +203,8 @@ def adam(store_hat=False, average_m=True, abs_v=False, correct=True, sign=-1, ro
 
 
 def attn_k(q, k, v, mask=None):
-    out, w = A.scaled_dot_product_attention(q, k, v, mask)
-    return w @ k, w
+    _, w = attention_lists(q, k, v, mask)  # lib's attention is refused in this check
+    return np.asarray(w) @ np.asarray(k), np.asarray(w)
 
 
 def coref_pairs(w, p, a, d, rows=True):

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import rejects, stub
+from helpers import attention_lists, rejects, stub
 
 from lib import attention as A
 from lib import checks
@@ -73,7 +73,7 @@ def param_count(d_model, d_source, n_heads, d_k, d_v, bias):
         (checks.check_sliding_window_mask_list, window_mask_np),
         (checks.check_causal_mask, A.causal_mask),
         (checks.check_padding_mask, A.padding_mask),
-        (checks.check_attention_list, L.attention),
+        (checks.check_attention_list, attention_lists),
         (checks.check_split_heads, split_heads_any),
         (checks.check_merge_heads, merge_heads_any),
         (checks.check_param_count, param_count),
@@ -224,7 +224,7 @@ def test_list_attention_mistakes(wrong, fragment):
 def test_attention_wrong_return_type_and_shape():
     rejects(
         checks.check_attention_list,
-        lambda q, k, v, mask=None: L.attention(q, k, v, mask)[0],
+        lambda q, k, v, mask=None: attention_lists(q, k, v, mask)[0],
         "pair",
     )
     rejects(checks.check_attention_list, lambda q, k, v, mask=None: (v, v), "expected weights")
@@ -351,3 +351,59 @@ def test_head_similarity_mistakes():
 
     rejects(checks.check_head_similarity, raw_dots, "norms")
     rejects(checks.check_head_similarity, per_batch_item, "(heads, heads)", "(4, 4)")
+
+
+# --------------------------------------------------------------------------- lib's own answer
+
+
+def lists_attention_alias():
+    """A submission that imported lib's function under its own name."""
+    from lib.lists import attention as lib_attention
+
+    return lambda Q, K, V, mask=None: lib_attention(Q, K, V, mask)
+
+
+def numpy_attention(Q, K, V, mask=None):
+    """A submission that hands the lists to lib's NumPy attention."""
+    out, w = A.scaled_dot_product_attention(
+        np.array(Q), np.array(K), np.array(V), None if mask is None else np.array(mask)
+    )
+    return out.tolist(), w.tolist()
+
+
+@pytest.mark.parametrize(
+    "answer, label",
+    [
+        (lambda Q, K, V, mask=None: L.attention(Q, K, V, mask), "L.attention"),
+        (lists_attention_alias(), "L.attention"),
+        (numpy_attention, "lib's scaled_dot_product_attention"),
+    ],
+)
+def test_attention_list_refuses_lib_attention(answer, label):
+    """Notebook 01 shows L.attention before exercise 3: calling it is not an answer."""
+    message = rejects(checks.check_attention_list, answer)
+    assert message == (
+        f"attention: this exercise asks you to write it yourself, not to call {label}."
+    )
+    # lib's functions work again once the check is done
+    out, w = L.attention([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0], [2.0]])
+    assert len(out) == 1 and abs(sum(w[0]) - 1.0) < 1e-12
+    assert A.scaled_dot_product_attention(np.ones((1, 2)), np.ones((2, 2)), np.ones((2, 1)))
+
+
+def test_attention_list_may_use_the_helpers_it_names(capsys):
+    """The exercise allows L.matmul, L.transpose and L.softmax (the notebook's answer)."""
+
+    def attention(Q, K, V, mask=None):
+        d = len(Q[0])
+        scores = [[s / math.sqrt(d) for s in row] for row in L.matmul(Q, L.transpose(K))]
+        if mask is not None:
+            scores = [
+                [s if ok else -math.inf for s, ok in zip(srow, mrow, strict=True)]
+                for srow, mrow in zip(scores, mask, strict=True)
+            ]
+        weights = [L.softmax(row) for row in scores]
+        return L.matmul(weights, V), weights
+
+    checks.check_attention_list(attention)
+    assert capsys.readouterr().out.startswith("✓")

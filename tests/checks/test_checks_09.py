@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import stub
+from helpers import rope_turn, stub
 
 from lib import checks
 from lib import positions as POS
@@ -15,11 +15,11 @@ from lib.checks import CheckFailed
 
 
 def rope_scores(q, k, base):
-    """RoPE with the interleaved layout (lib's), then the scaled scores."""
+    """RoPE with the interleaved layout (written without lib's), then the scaled scores."""
     q, k = np.asarray(q, float), np.asarray(k, float)
     pos = np.arange(q.shape[-2])
-    turned_q = POS.rope_rotate(q, pos, base, "interleaved")
-    turned_k = POS.rope_rotate(k, pos, base, "interleaved")
+    turned_q = rope_turn(q, pos, base, "interleaved")
+    turned_k = rope_turn(k, pos, base, "interleaved")
     return turned_q @ np.swapaxes(turned_k, -1, -2) / math.sqrt(q.shape[-1])
 
 
@@ -53,9 +53,9 @@ def rope_with(q_layout="interleaved", k_layout="interleaved", turn_q=True, turn_
         pos = np.arange(n) * direction
         b = base_of(base)
         if turn_q:
-            q = POS.rope_rotate(q, pos + q_start, b, q_layout)
+            q = rope_turn(q, pos + q_start, b, q_layout)
         if turn_k:
-            k = POS.rope_rotate(k, pos + k_start, b, k_layout)
+            k = rope_turn(k, pos + k_start, b, k_layout)
         s = q @ np.swapaxes(k, -1, -2)
         return s / math.sqrt(q.shape[-1]) if scale else s
 
@@ -193,3 +193,40 @@ def test_a_least_squares_fit_is_rejected_though_it_fits_small_tables():
         assert np.allclose(least_squares_shift(k, d, base), POS.sinusoidal_shift(k, d, base))
     with pytest.raises(CheckFailed, match="outside the 2 x 2 blocks .* least-squares fit"):
         checks.check_sinusoidal_shift(least_squares_shift)
+
+
+# --------------------------------------------------------------------------- lib's own answer
+
+
+def rope_scores_from_lib(q, k, base):
+    """What section 4 shows: lib's RoPE with the interleaved layout, then the scores."""
+    pos = np.arange(q.shape[-2])
+    turned_q = POS.rope_rotate(q, pos, base, "interleaved")
+    turned_k = POS.rope_rotate(k, pos, base, "interleaved")
+    return turned_q @ np.swapaxes(turned_k, -1, -2) / math.sqrt(q.shape[-1])
+
+
+def rope_scores_from_lib_class(q, k, base):
+    """The same through POS.RoPE's methods."""
+    rope = POS.RoPE(base, "interleaved")
+    cos, sin = rope.cos_sin(np.arange(q.shape[-2]), q.shape[-1], q.dtype)
+    turned_q, turned_k = rope.rotate(q, cos, sin), rope.rotate(k, cos, sin)
+    return turned_q @ np.swapaxes(turned_k, -1, -2) / math.sqrt(q.shape[-1])
+
+
+@pytest.mark.parametrize(
+    "answer, label",
+    [(rope_scores_from_lib, "POS.rope_rotate"), (rope_scores_from_lib_class, "POS.RoPE")],
+)
+def test_rope_scores_refuses_lib_rope(answer, label):
+    """Exercise 2 asks for the turn itself: lib's RoPE is refused while the answer runs."""
+    with pytest.raises(CheckFailed) as info:
+        checks.check_rope_scores(answer)
+    assert str(info.value) == (
+        f"rope_scores: this exercise asks you to write it yourself, not to call {label}."
+    )
+    x = np.ones((3, 4))  # lib's RoPE works again once the check is done
+    assert np.allclose(
+        POS.rope_rotate(x, np.arange(3)),
+        POS.RoPE().rotate(x, *POS.RoPE().cos_sin(np.arange(3), 4, x.dtype)),
+    )

@@ -390,3 +390,48 @@ def test_an_mhaparams_answer_is_rebuilt_by_the_grader(tmp_path):
     wrong = grade.grade_notebook(submit(tmp_path, source, "bob", [FROM_TORCH_WRONG]), source, "bob")
     assert [c.passed for c in wrong.checks] == [False]
     assert "transpose each block of in_proj_weight" in wrong.checks[0].message
+
+
+ATTENTION_RIGHT = (
+    "def attention(Q, K, V, mask=None):\n"
+    "    scale = 1 / math.sqrt(len(Q[0]))\n"
+    "    scores = [[s * scale for s in row] for row in L.matmul(Q, L.transpose(K))]\n"
+    "    if mask is not None:\n"
+    "        scores = [\n"
+    "            [s if ok else -math.inf for s, ok in zip(r, m)] for r, m in zip(scores, mask)\n"
+    "        ]\n"
+    "    weights = [L.softmax(row) for row in scores]\n"
+    "    return L.matmul(weights, V), weights\n"
+)
+
+
+def test_lib_s_own_answer_is_refused_in_the_kernel_too(tmp_path):
+    """Notebook 01's exercise 3 returning L.attention(...) fails under the grader as in the
+    notebook: the grader has the kernel refuse lib's attention while the answer runs there."""
+    cells = [
+        new_code_cell("import math\n\nfrom lib import checks\nfrom lib import lists as L"),
+        new_code_cell(
+            "def attention(Q, K, V, mask=None):\n    ### BEGIN SOLUTION\n"
+            "    return L.attention(Q, K, V, mask)\n    ### END SOLUTION"
+        ),
+        new_code_cell("checks.check_attention_list(attention)"),
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    src = tmp_path / "src"
+    src.mkdir()
+    nbformat.write(nb, src / "97_lists.ipynb")
+    source = src / "97_lists.ipynb"
+    lib_call = "def attention(Q, K, V, mask=None):\n    return L.attention(Q, K, V, mask)\n"
+    refused = grade.grade_notebook(submit(tmp_path, source, "bob", [lib_call]), source, "bob")
+    assert [c.passed for c in refused.checks] == [False]
+    assert refused.checks[0].message == (
+        "CheckFailed: attention: this exercise asks you to write it yourself, not to call "
+        "L.attention."
+    )
+    right = grade.grade_notebook(submit(tmp_path, source, "amy", [ATTENTION_RIGHT]), source, "amy")
+    assert [c.passed for c in right.checks] == [True], right.checks
