@@ -1,6 +1,7 @@
 """Helpers shared by the test files (not a test module itself)."""
 
 import contextlib
+import types
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,15 @@ def stub(*args, **kwargs):
 
 # Answers written without lib's own version of the exercise: the checks of exercises whose
 # answer lib holds refuse a call into lib while the student's function runs.
+
+
+def unrefused(fn):
+    """A copy of the lib function ``fn`` that a check's refusal does not reach (the refusal
+    swaps ``fn.__code__`` while a student's answer runs; the copy keeps the original code):
+    for reference answers and mutants built from lib's own answer to the exercise."""
+    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return copy
 
 
 def attention_lists(Q, K, V, mask=None):

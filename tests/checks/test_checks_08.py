@@ -4,7 +4,7 @@ name realistic mistakes."""
 import numpy as np
 import pytest
 import torch
-from helpers import rejects, stub
+from helpers import rejects, stub, unrefused
 from test_check_mutants import from_torch as from_torch_answer  # with switches for mistakes
 from test_checks_robustness import to_torch_mask, torch_attention
 
@@ -13,12 +13,14 @@ from lib import checks
 from lib import torch_bridge as TB
 from lib.checks.nb08_pytorch import attention_cases, mask_cases, torch_layers
 
+FROM_TORCH = unrefused(TB.from_torch_mha)  # lib's answer to exercise 2, which its check refuses
+
 
 @pytest.mark.parametrize(
     "check, reference",
     [
         (checks.check_torch_mask, to_torch_mask),
-        (checks.check_from_torch, TB.from_torch_mha),
+        (checks.check_from_torch, FROM_TORCH),
         (checks.check_torch_attention, torch_attention),
     ],
 )
@@ -118,7 +120,7 @@ def test_from_torch_mistakes():
     rejects(check, from_torch_answer(biases=False), "copy them into b_q, b_k, b_v and b_o")
 
     def bias_order(m):
-        right = TB.from_torch_mha(m)
+        right = FROM_TORCH(m)
         if not right.has_bias:
             return right
         return A.MHAParams(
@@ -129,7 +131,7 @@ def test_from_torch_mistakes():
     rejects(check, bias_order, "biases are in the wrong order")
 
     def zero_biases(m):
-        right = TB.from_torch_mha(m)
+        right = FROM_TORCH(m)
         z = np.zeros(m.embed_dim)
         return A.MHAParams(right.W_q, right.W_k, right.W_v, right.W_o, right.n_heads, z, z, z, z)
 
@@ -137,7 +139,7 @@ def test_from_torch_mistakes():
 
     def with_n_heads(n):
         def read(m):
-            r = TB.from_torch_mha(m)
+            r = FROM_TORCH(m)
             return A.MHAParams(r.W_q, r.W_k, r.W_v, r.W_o, n(m), r.b_q, r.b_k, r.b_v, r.b_o)
 
         return read
@@ -151,8 +153,8 @@ def test_from_torch_mistakes():
         return A.MHAParams(w[:d].T, w[d : 2 * d].T, w[2 * d :].T, m.out_proj.weight.T, m.num_heads)
 
     rejects(check, not_detached, "raised RuntimeError", "detach()")
-    rejects(check, lambda m: tuple(TB.from_torch_mha(m).__dict__.values()), "not a tuple")
-    rejects(check, lambda m: TB.from_torch_mha(m).W_q, "return an A.MHAParams")
+    rejects(check, lambda m: tuple(FROM_TORCH(m).__dict__.values()), "not a tuple")
+    rejects(check, lambda m: FROM_TORCH(m).W_q, "return an A.MHAParams")
 
 
 # --------------------------------------------------------------------------- exercise 3
@@ -223,3 +225,14 @@ def test_torch_attention_accepts_tensors(capsys):
 
     checks.check_torch_attention(as_tensors)
     assert capsys.readouterr().out.startswith("✓")
+
+
+def test_from_torch_refuses_lib_s_answer():
+    """lib's TB.from_torch_mha is exercise 2's answer, in use since section 2: calling it is
+    refused while the answer runs, and it works again afterwards."""
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_from_torch(lambda module: TB.from_torch_mha(module))
+    assert str(info.value) == (
+        "from_torch: this exercise asks you to write it yourself, not to call TB.from_torch_mha."
+    )
+    assert TB.from_torch_mha(torch_layers()[0]).n_heads == torch_layers()[0].num_heads

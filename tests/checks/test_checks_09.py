@@ -5,11 +5,14 @@ import math
 
 import numpy as np
 import pytest
-from helpers import rope_turn, stub
+from helpers import rope_turn, stub, unrefused
 
 from lib import checks
 from lib import positions as POS
 from lib.checks import CheckFailed
+
+SHIFT = unrefused(POS.sinusoidal_shift)  # lib's answers, which the checks refuse
+BIAS = unrefused(POS.alibi_bias)
 
 # --------------------------------------------------------------------------- references
 
@@ -24,9 +27,9 @@ def rope_scores(q, k, base):
 
 
 REFERENCES = {
-    "check_sinusoidal_shift": (checks.check_sinusoidal_shift, POS.sinusoidal_shift),
+    "check_sinusoidal_shift": (checks.check_sinusoidal_shift, SHIFT),
     "check_rope_scores": (checks.check_rope_scores, rope_scores),
-    "check_alibi_bias": (checks.check_alibi_bias, POS.alibi_bias),
+    "check_alibi_bias": (checks.check_alibi_bias, BIAS),
 }
 
 
@@ -82,12 +85,12 @@ def least_squares_shift(k, d, base):
 
 NB09_MUTANTS = {
     "check_sinusoidal_shift": [
-        ("transposed", lambda k, d, b: POS.sinusoidal_shift(k, d, b).T, "moves positions by -k"),
+        ("transposed", lambda k, d, b: SHIFT(k, d, b).T, "moves positions by -k"),
         ("exponent -i/d", lambda k, d, b: shift(k, d, b, exponent=-1.0), "use -i / d_model"),
         ("exponent +2i/d", lambda k, d, b: shift(k, d, b, exponent=2.0), "exponent's sign"),
-        ("base 10000", lambda k, d, b: POS.sinusoidal_shift(k, d, 10000.0), "base 10000"),
-        ("k + 1", lambda k, d, b: POS.sinusoidal_shift(k + 1, d, b), "shifts by k + 1"),
-        ("k - 1", lambda k, d, b: POS.sinusoidal_shift(k - 1, d, b), "shifts by k - 1"),
+        ("base 10000", lambda k, d, b: SHIFT(k, d, 10000.0), "base 10000"),
+        ("k + 1", lambda k, d, b: SHIFT(k + 1, d, b), "shifts by k + 1"),
+        ("k - 1", lambda k, d, b: SHIFT(k - 1, d, b), "shifts by k - 1"),
         ("half-split pairs", lambda k, d, b: shift(k, d, b, pairs="halves"), "interleaves"),
         ("sin on the diagonal", lambda k, d, b: shift(k, d, b, diagonal="sin"), "swapped"),
         ("no frequencies", lambda k, d, b: shift(k, d, b, frequency=False), "same angle k"),
@@ -107,7 +110,7 @@ NB09_MUTANTS = {
         ("not scaled", rope_with(scale=False), "not scaled"),
     ],
     "check_alibi_bias": [
-        ("sign", lambda q, k, s: -POS.alibi_bias(q, k, s), "the sign is flipped"),
+        ("sign", lambda q, k, s: -BIAS(q, k, s), "the sign is flipped"),
         ("queries from 0", alibi_with(query_start="first"), "your queries sit at positions 0"),
         (
             "queries from 0, signed",
@@ -115,15 +118,15 @@ NB09_MUTANTS = {
             "as if the queries started at position 0",
         ),
         ("distance + 1", alibi_with(plus=1), "off by one"),
-        ("slopes reversed", lambda q, k, s: POS.alibi_bias(q, k, s[::-1]), "reverse order"),
+        ("slopes reversed", lambda q, k, s: BIAS(q, k, s[::-1]), "reverse order"),
         (
             "heads last",
-            lambda q, k, s: POS.alibi_bias(q, k, s).transpose(1, 2, 0),
+            lambda q, k, s: BIAS(q, k, s).transpose(1, 2, 0),
             "the heads axis comes first",
         ),
         (
             "a constant per row",
-            lambda q, k, s: POS.alibi_bias(q, k, s) + np.arange(q)[None, :, None],
+            lambda q, k, s: BIAS(q, k, s) + np.arange(q)[None, :, None],
             "asks for 0 on the query itself",
         ),
     ],
@@ -177,7 +180,7 @@ def test_a_mistake_on_both_q_and_k_positions_is_no_mistake(capsys):
 
 def test_alibi_entries_a_causal_query_cannot_see_are_not_checked(capsys):
     def masked(n_q, n_k, slopes):
-        bias = POS.alibi_bias(n_q, n_k, slopes)
+        bias = BIAS(n_q, n_k, slopes)
         keys_after = np.arange(n_k)[None, :] > POS.query_positions(n_q, n_k)[:, None]
         return np.where(keys_after, -np.inf, bias)
 
@@ -190,7 +193,7 @@ def test_a_least_squares_fit_is_rejected_though_it_fits_small_tables():
     """It is right to 1e-9 for d_model 8 and below, so only the check's d_model = 64 case
     (slow pairs a fit cannot pin down) tells it from the closed form."""
     for k, d, base in ((3, 8, 10000.0), (5, 6, 100.0), (-2, 4, 10.0)):
-        assert np.allclose(least_squares_shift(k, d, base), POS.sinusoidal_shift(k, d, base))
+        assert np.allclose(least_squares_shift(k, d, base), SHIFT(k, d, base))
     with pytest.raises(CheckFailed, match="outside the 2 x 2 blocks .* least-squares fit"):
         checks.check_sinusoidal_shift(least_squares_shift)
 
@@ -230,3 +233,25 @@ def test_rope_scores_refuses_lib_rope(answer, label):
         POS.rope_rotate(x, np.arange(3)),
         POS.RoPE().rotate(x, *POS.RoPE().cos_sin(np.arange(3), 4, x.dtype)),
     )
+
+
+@pytest.mark.parametrize(
+    ("check", "answer", "label"),
+    [
+        ("check_sinusoidal_shift", lambda k, d, base: POS.sinusoidal_shift(k, d, base),
+         "POS.sinusoidal_shift"),
+        ("check_alibi_bias", lambda n_q, n_k, slopes: POS.alibi_bias(n_q, n_k, slopes),
+         "POS.alibi_bias"),
+    ],
+)  # fmt: skip
+def test_exercises_1_and_3_refuse_lib_s_answer(check, answer, label):
+    """Exercises 1 and 3 come before lib's versions are used, which are still importable: a
+    call to them is refused while the answer runs, and they work again afterwards."""
+    name = check.removeprefix("check_")
+    with pytest.raises(CheckFailed) as info:
+        getattr(checks, check)(answer)
+    assert str(info.value) == (
+        f"{name}: this exercise asks you to write it yourself, not to call {label}."
+    )
+    assert POS.sinusoidal_shift(1, 4).shape == (4, 4)
+    assert POS.alibi_bias(2, 3, np.ones(1)).shape == (1, 2, 3)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import attention_lists, rope_turn
+from helpers import attention_lists, rope_turn, unrefused
 from test_checks_10 import NB10_REFERENCES
 
 from lib import attention as A
@@ -164,11 +164,11 @@ REFERENCES = {
         head_types.coreference_accuracy,
     ),
     "check_torch_mask": (checks.check_torch_mask, to_torch_mask),
-    "check_from_torch": (checks.check_from_torch, torch_bridge.from_torch_mha),
+    "check_from_torch": (checks.check_from_torch, unrefused(torch_bridge.from_torch_mha)),
     "check_torch_attention": (checks.check_torch_attention, torch_attention),
-    "check_sinusoidal_shift": (checks.check_sinusoidal_shift, POS.sinusoidal_shift),
+    "check_sinusoidal_shift": (checks.check_sinusoidal_shift, unrefused(POS.sinusoidal_shift)),
     "check_rope_scores": (checks.check_rope_scores, rope_scores),
-    "check_alibi_bias": (checks.check_alibi_bias, POS.alibi_bias),
+    "check_alibi_bias": (checks.check_alibi_bias, unrefused(POS.alibi_bias)),
 }
 REFERENCES.update(NB10_REFERENCES)  # notebook 10's, with its own tests in test_checks_10.py
 # These exercises ask for a torch tensor or an MHAParams, so plain lists are rightly refused.

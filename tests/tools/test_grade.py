@@ -352,12 +352,27 @@ def test_a_star_import_the_answer_needs_is_run(tmp_path):
 
 # --------------------------------------------------------------------------- MHAParams answers
 
-FROM_TORCH_RIGHT = "def from_torch(module):\n    return TB.from_torch_mha(module)\n"
-FROM_TORCH_WRONG = (  # the in-projection blocks not transposed back
+FROM_TORCH_BODY = (  # written out: the check refuses lib's own TB.from_torch_mha
+    "    d = module.embed_dim\n"
+    "    W = module.in_proj_weight.detach().numpy()  # (3d, d): q, k, v blocks, (out, in)\n"
+    "    W_o = module.out_proj.weight.detach().numpy().T\n"
+    "    b = [None] * 4\n"
+    "    if module.in_proj_bias is not None:\n"
+    "        b = [*module.in_proj_bias.detach().numpy().reshape(3, d)]\n"
+    "        b.append(module.out_proj.bias.detach().numpy())\n"
+)
+FROM_TORCH_RIGHT = (
     "def from_torch(module):\n"
-    "    p = TB.from_torch_mha(module)\n"
-    "    return A.MHAParams(p.W_q.T, p.W_k.T, p.W_v.T, p.W_o, p.n_heads, p.b_q, p.b_k, p.b_v,"
-    " p.b_o)\n"
+    + FROM_TORCH_BODY
+    + ("    return A.MHAParams(W[:d].T, W[d : 2 * d].T, W[2 * d :].T, W_o, module.num_heads, *b)\n")
+)
+FROM_TORCH_WRONG = (
+    "def from_torch(module):\n"
+    + FROM_TORCH_BODY
+    + (
+        # the in-projection blocks not transposed back
+        "    return A.MHAParams(W[:d], W[d : 2 * d], W[2 * d :], W_o, module.num_heads, *b)\n"
+    )
 )
 
 
@@ -371,7 +386,8 @@ def test_an_mhaparams_answer_is_rebuilt_by_the_grader(tmp_path):
         ),
         new_code_cell(
             "def from_torch(module):\n    ### BEGIN SOLUTION\n"
-            "    return TB.from_torch_mha(module)\n    ### END SOLUTION"
+            + FROM_TORCH_RIGHT.split("\n", 1)[1]
+            + "    ### END SOLUTION"
         ),
         new_code_cell("checks.check_from_torch(from_torch)"),
     ]
