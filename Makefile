@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
 .PHONY: install lab lab-student test lint bench student grade clean notebooks-links test-colab normalize execute test-browser \
-	test-matrix test-latest gradescope test-gradescope classroom
+	test-matrix test-latest gradescope test-gradescope classroom site test-site
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-model.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed; this is " + sys.version.split()[0])'
@@ -33,8 +33,8 @@ lab: install
 		$(if $(LAB_OPEN),--LabApp.default_url=/lab/tree/$(LAB_OPEN)) $(LAB_FLAGS)
 
 lint: install
-	$(BIN)/ruff check lib tests bench tools notebooks
-	$(BIN)/ruff format --check lib tests bench tools notebooks
+	$(BIN)/ruff check lib tests bench tools notebooks site
+	$(BIN)/ruff format --check lib tests bench tools notebooks site
 
 test: lint
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-figures tests notebooks
@@ -79,6 +79,16 @@ execute: install
 # tools/browser_test.py and the README.
 test-browser: install
 	$(BIN)/python -m tools.browser_test
+
+# The course as a static website in build/site/, from the stored notebooks (nothing is run):
+# Sphinx + myst-nb + sphinx-book-theme, configured in site/conf.py; see tools/build_site.py.
+site: install
+	$(BIN)/python -m tools.build_site
+
+# The site built with zero warnings, then every page checked in headless Chromium (set up as
+# for test-browser) and its search tried; see tools/site_test.py.
+test-site: install
+	$(BIN)/python -m tools.site_test
 
 # Write the Colab badges, the set-up cells and the packaged data from pyproject.toml's
 # [project.urls] Repository (the course's public address); see tools/notebook_links.py.
