@@ -32,6 +32,11 @@ How a submission is graded:
 Writes ``gradebook.csv`` and ``gradebook.json`` to ``--out`` (one row per student, a column
 per exercise, totals, each failure's message) and prints a line per notebook graded. It runs
 the students' code: grade in a throw-away environment (a container, a spare account).
+When the grader runs as root (Gradescope's autograder does), the kernels run as an
+unprivileged account instead (``AUTOGRADER_STUDENT_USER``, default ``nobody``; empty: as the
+grader's own user), in folders of their own: the student's code cannot write the grader's
+files, the course or the environment, nor signal the grader's processes. If that account
+cannot run the kernel's Python, the grader says so on stderr and runs the kernels as root.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ import pickle
 import queue
 import re
 import shutil
+import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -260,16 +267,134 @@ def needed_cells(sources: list[str | None], targets: dict[int, set[str]]) -> set
 # --------------------------------------------------------------------------- the kernel
 
 
-class Kernel:
-    """A fresh Jupyter kernel for one submission, with deadlines and death detection."""
+@dataclass(frozen=True)
+class Account:
+    """The unprivileged account the kernels run as (when the grader is root)."""
 
-    def __init__(self, cwd: Path, cell_timeout: float, deadline: float, tmp: Path):
+    name: str
+    uid: int
+    gid: int
+
+    def own(self, *paths: Path, mode: int = 0o700) -> None:
+        for path in paths:
+            os.chown(path, self.uid, self.gid)
+            path.chmod(mode)
+
+    def popen_args(self) -> dict:
+        """What makes Popen start a process as this account (and in no other group)."""
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+
+_ACCOUNTS: dict[tuple[str, str], Account | None] = {}
+
+
+def student_account() -> Account | None:
+    """The account to run submissions' kernels as: None unless the grader is root. Then
+    ``AUTOGRADER_STUDENT_USER`` (default ``nobody``; empty means root, as the grader), if it
+    exists, is not root and can import ipykernel with this Python (a venv under a private
+    home cannot be run by it): else a warning on stderr, and None."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    name = os.environ.get("AUTOGRADER_STUDENT_USER", "nobody")
+    if not name:
+        return None
+    key = (name, sys.executable)
+    if key not in _ACCOUNTS:
+        _ACCOUNTS[key] = _find_account(name)
+    return _ACCOUNTS[key]
+
+
+def _find_account(name: str) -> Account | None:
+    import pwd
+
+    def refuse(why: str) -> None:
+        print(
+            f"WARNING: the students' code runs as root, not as {name}: {why}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return refuse("no such account")
+    if entry.pw_uid == 0:
+        return refuse("it is root")
+    account = Account(name, entry.pw_uid, entry.pw_gid)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "import ipykernel"],
+            cwd="/",
+            env={"PATH": os.environ.get("PATH", ""), "HOME": "/"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            **account.popen_args(),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return refuse(f"it cannot run {sys.executable} ({exc})")
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return refuse(f"it cannot run {sys.executable} with ipykernel ({last})")
+    return account
+
+
+def _open_answer(path: Path):
+    """A file the kernel wrote, opened for reading only if it is a plain file (not a link to
+    another file, a FIFO that would block, a device that never ends)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path.name} is not a plain file")
+    return open(fd, "rb")
+
+
+class Kernel:
+    """A fresh Jupyter kernel for one submission, with deadlines and death detection. With
+    an ``account``, the kernel runs as that account, in ``home`` (its working directory,
+    HOME and every cache), and talks through a connection file it owns."""
+
+    def __init__(
+        self,
+        cwd: Path,
+        cell_timeout: float,
+        deadline: float,
+        tmp: Path,
+        account: Account | None = None,
+        home: Path | None = None,
+    ):
         from jupyter_client.manager import KernelManager
 
         self.cell_timeout, self.deadline, self.tmp = cell_timeout, deadline, tmp
+        self.account = account
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=str(cwd), env=env)
+        launch = {}
+        if account is None:
+            self.km = KernelManager(kernel_name="python3")
+        else:
+
+            class StudentKernelManager(KernelManager):
+                def write_connection_file(self, **kw):
+                    super().write_connection_file(**kw)  # root's, mode 600: make it theirs
+                    os.chown(self.connection_file, account.uid, account.gid)
+
+            self.km = StudentKernelManager(
+                kernel_name="python3", connection_file=str(tmp / "connection.json")
+            )
+            cwd = home / "work"
+            env.update(
+                HOME=str(home),
+                USER=account.name,
+                LOGNAME=account.name,
+                TMPDIR=str(home / "tmp"),
+                IPYTHONDIR=str(home / ".ipython"),
+                MPLCONFIGDIR=str(home / ".matplotlib"),
+                XDG_CACHE_HOME=str(home / ".cache"),
+                XDG_CONFIG_HOME=str(home / ".config"),
+                JUPYTER_RUNTIME_DIR=str(home / ".jupyter-runtime"),
+            )
+            launch = account.popen_args()
+        self.km.start_kernel(cwd=str(cwd), env=env, **launch)
         self.kc = self.km.client()
         self.kc.start_channels()
         try:
@@ -327,6 +452,9 @@ class Kernel:
         args_path = folder / "args.pickle"
         with open(args_path, "wb") as f:
             pickle.dump((expr, args, tuple(refused)), f)
+        if self.account is not None:  # written by root in root's folder, then given over
+            self.account.own(args_path, mode=0o600)
+            self.account.own(folder)
         code = (
             f"exec(compile({KERNEL_CALL!r}, '<grader>', 'exec'), {{'__name__': '__grader__', "
             f"'_user_ns': get_ipython().user_ns, '_args_path': {str(args_path)!r}, "
@@ -334,9 +462,12 @@ class Kernel:
         )
         reply = self.execute(code, what)
         try:
-            with open(folder / "result.json") as f:
+            with _open_answer(folder / "result.json") as f:
                 result = json.load(f)
-            with np.load(folder / "arrays.npz", allow_pickle=False) as npz:
+            with (
+                _open_answer(folder / "arrays.npz") as f,
+                np.load(f, allow_pickle=False) as npz,
+            ):
                 arrays = {k: npz[k] for k in npz.files}
         except (OSError, ValueError) as exc:
             why = f"{reply.get('ename')}: {reply.get('evalue')}" if reply.get("ename") else exc
@@ -555,6 +686,14 @@ def grade_notebook(
     restarts: list[str] = []
     done = 0  # steps[:done] have run (or failed for good)
     tmp = Path(tempfile.mkdtemp(prefix="grade-"))
+    account = student_account()
+    home = None
+    if account is not None:  # root's folders it may enter, and a home of its own
+        tmp.chmod(0o711)
+        home = tmp / "home"
+        for sub in (home, home / "work", home / "tmp"):
+            sub.mkdir()
+            account.own(sub)
     try:
         while done < len(steps):
             current = None
@@ -562,7 +701,16 @@ def grade_notebook(
             try:
                 folder = tmp / f"kernel{len(restarts)}"  # its calls' files: call1, ...
                 folder.mkdir()
-                kernel = Kernel(source_path.parent, cell_timeout, start + notebook_timeout, folder)
+                if account is not None:
+                    folder.chmod(0o711)
+                kernel = Kernel(
+                    source_path.parent,
+                    cell_timeout,
+                    start + notebook_timeout,
+                    folder,
+                    account,
+                    home,
+                )
                 for i in steps[:done]:  # after a restart: what the next checks may need
                     if i in to_run and i not in skipped:
                         current = i

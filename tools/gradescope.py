@@ -38,6 +38,11 @@ data) and writes results.json in Gradescope's documented format:
   (the exercise's function), ``number``, ``score`` (0 or 1), ``max_score`` (1), ``output``
   (the check's one sentence, or "passed") and ``visibility`` "visible".
 
+Gradescope runs the autograder as root: the submission's kernel then runs as an unprivileged
+account (``nobody``, or ``AUTOGRADER_STUDENT_USER``; see tools/grade.py), which cannot write
+``results/`` (root's, mode 755), the course or the environment, nor read ``course/notebooks``
+(run_autograder makes it root's alone), nor signal the grader or run_autograder.
+
 A submission that cannot be graded scores 0 on every test, whose output says why: no
 notebook submitted, several and none named like the assignment, a symbolic link, not a
 notebook (not JSON, not nbformat), or a submission that changed the course's files on disk.
@@ -279,6 +284,9 @@ def run(root: Path, course: Path = ROOT) -> int:
     results = root / "results" / "results.json"
     results.parent.mkdir(parents=True, exist_ok=True)
     results.unlink(missing_ok=True)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # the kernels' account must not write it
+        os.chown(results.parent, 0, 0)
+        results.parent.chmod(0o755)
     name = (course / "ASSIGNMENT").read_text().strip()
     data = grade_submission(
         root / "submission",

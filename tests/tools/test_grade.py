@@ -4,9 +4,11 @@ saved as nbformat 4.0 without cell ids, the gradebook, and the choice of cells t
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
@@ -451,3 +453,20 @@ def test_lib_s_own_answer_is_refused_in_the_kernel_too(tmp_path):
     )
     right = grade.grade_notebook(submit(tmp_path, source, "amy", [ATTENTION_RIGHT]), source, "amy")
     assert [c.passed for c in right.checks] == [True], right.checks
+
+
+def test_the_kernels_answer_files_are_read_only_if_plain(tmp_path):
+    """The kernel (an unprivileged account, when the grader is root) owns the folder of its
+    answers: a link to another file, or a FIFO that would block the grader, is refused."""
+    plain = tmp_path / "result.json"
+    plain.write_text('{"kind": "value"}')
+    with grade._open_answer(plain) as f:
+        assert json.load(f) == {"kind": "value"}
+    link = tmp_path / "link.json"
+    link.symlink_to(plain)
+    with pytest.raises(OSError):
+        grade._open_answer(link)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a plain file"):
+        grade._open_answer(fifo)

@@ -2,7 +2,9 @@
 setup.sh would install exactly `make install`'s pinned environment (dry run; `make
 test-gradescope` runs it for real), and run_autograder grades a sample class (right, wrong,
 broken, hung, tampered, renamed, nbformat 4.0 without ids, not a notebook, nothing) with a
-results.json that follows Gradescope's documented format every time, never a crash."""
+results.json that follows Gradescope's documented format every time, never a crash. Run as
+root (Gradescope runs the autograder as root), the submissions' kernels run as an unprivileged
+account: a submission that forges results.json and kills the grader gets its real grade."""
 
 import json
 import os
@@ -10,6 +12,8 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -99,8 +103,68 @@ def test_the_schema_validator_catches_what_gradescope_would_reject():
 # --------------------------------------------------------------------------- the zip
 
 
+def _runs_as(user: str, python: str) -> bool:
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    try:
+        done = subprocess.run(
+            [python, "-c", "import ipykernel, numpy, lib"],
+            cwd="/",
+            capture_output=True,
+            user=entry.pw_uid,
+            group=entry.pw_gid,
+            extra_groups=[],
+        )
+    except OSError:  # it may not even read the interpreter
+        return False
+    return done.returncode == 0
+
+
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def grader_python():
+    """(the Python run_autograder runs, why the kernels cannot run unprivileged or ""). As
+    root, the kernels run as ``nobody``, which must be able to run that Python: when this
+    one lives under a private home, a virtual environment of the system's Python of the
+    same version that sees this one's packages stands in for it."""
+    import pwd
+
+    user = os.environ.get("AUTOGRADER_STUDENT_USER", "nobody")
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        yield sys.executable, "the tests do not run as root: the grader keeps its own user"
+        return
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        yield sys.executable, f"there is no account {user!r} to run the kernels as"
+        return
+    if _runs_as(user, sys.executable):
+        yield sys.executable, ""
+        return
+    version = "{}.{}".format(*sys.version_info[:2])
+    system = Path(f"/usr/bin/python{version}")
+    if not system.exists():
+        yield sys.executable, f"{user} cannot run {sys.executable} and there is no {system}"
+        return
+    folder = Path(tempfile.mkdtemp(prefix="grader-python-"))
+    try:
+        folder.chmod(0o755)
+        subprocess.run([str(system), "-m", "venv", "--without-pip", str(folder)], check=True)
+        purelib = sysconfig.get_paths(vars={"base": str(folder), "platbase": str(folder)})
+        (Path(purelib["purelib"]) / "_grader.pth").write_text(
+            f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n"
+        )
+        python = str(folder / "bin" / "python")
+        if _runs_as(user, python):
+            yield python, ""
+        else:
+            yield sys.executable, f"{user} can run neither {sys.executable} nor {system}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, grader_python):
     """A course notebook with two exercises, its autograder zip, and the zip unpacked as
     Gradescope does: /autograder/source, run_autograder copied up. The wheel is a stand-in
     (building the real one takes pip half a minute; `make test-gradescope` installs it):
@@ -118,7 +182,13 @@ def built(tmp_path_factory):
         names = zf.namelist()
     for script in ("setup.sh", "run_autograder"):
         (unpacked / script).chmod(0o755)
+    python, why_not_unprivileged = grader_python
+    if why_not_unprivileged:
+        print(f"\nthe kernels run as the tests' user: {why_not_unprivileged}")
     return {
+        "python": python,
+        "unprivileged": not why_not_unprivileged,
+        "why_not_unprivileged": why_not_unprivileged,
         "tmp": tmp,
         "source": source,
         "wheel": wheel,
@@ -210,6 +280,8 @@ CASES = {
         },
         {},
     ),
+    # The course's files are not writable by the kernels' unprivileged account: run as the
+    # grader's own user, so that the guard that notices a change is tested everywhere.
     "edits the checks on disk": (
         {
             "90_tiny.ipynb": [
@@ -218,7 +290,7 @@ CASES = {
                 RIGHT1,
             ]
         },
-        {},
+        {"AUTOGRADER_STUDENT_USER": ""},
     ),
     # Colab's download: renamed, nbformat 4.0, no cell ids.
     "from Colab": ({"Copy of 90_tiny.ipynb": "4.0"}, {}),
@@ -232,10 +304,12 @@ CASES = {
         {"90_tiny.ipynb": [RIGHT0, RIGHT1]},
         {"AUTOGRADER_PYTHON": "false"},
     ),
-    # A results.json of its own, then the grader (the kernel's parent) killed.
+    # A results.json of its own, then the grader (the kernel's parent) killed; with the
+    # kernel as the grader's own account (as where no unprivileged one can run it), so that
+    # run_autograder's own guard is what is tested (FORGE below: the unprivileged kernel).
     "fakes its results and kills the grader": (
         {"90_tiny.ipynb": [RIGHT0 + FAKE_AND_KILL, RIGHT1]},
-        {},
+        {"AUTOGRADER_STUDENT_USER": ""},
     ),
     # A pushed symbolic link to the course's solved notebook, next to the submission folder.
     "a link to the solved notebook": ({"90_tiny.ipynb": "link"}, {}),
@@ -251,10 +325,60 @@ IN_PROCESS = {
 }
 
 
-def run_case(built, name) -> dict:
+# Run as root with an unprivileged account for the kernels (else skipped, saying why).
+# A forger: its exercise 0 cell writes a full score to results.json, tries to change the
+# course's checks, then kills the grader and run_autograder (SIGKILL, its parent processes
+# up to run_autograder; none if run_autograder is not among them).
+FORGE = """
+import json, os, signal
+root = os.environ.get("AUTOGRADER_ROOT", "/autograder")
+fake = {"score": 2.0, "output": "forged", "tests": [
+    {"name": f"softmax_{i}", "score": 1.0, "max_score": 1.0, "output": "passed"}
+    for i in range(2)]}
+def parents():
+    chain, pid = [], os.getppid()
+    while pid > 1 and len(chain) < 6:
+        chain.append(pid)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"run_autograder" in f.read():
+                return chain
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return []
+try:
+    with open(os.path.join(root, "results", "results.json"), "w") as f:
+        json.dump(fake, f)
+finally:
+    try:
+        with open(os.path.join(root, "source", "course", "lib", "checks", "_core.py"), "a") as f:
+            f.write("# forged\\n")
+    finally:
+        for pid in reversed(parents()):
+            os.kill(pid, signal.SIGKILL)
+"""
+UNPRIVILEGED_CASES = {
+    # exercise 0 is defined only where the kernel does not run as root
+    "runs unprivileged": (
+        {"90_tiny.ipynb": ["import os\nassert os.geteuid() != 0\n" + RIGHT0, RIGHT1]},
+        {},
+    ),
+    "forges results.json and kills the grader": (
+        {"90_tiny.ipynb": [RIGHT0 + FORGE, WRONG1]},
+        {},
+    ),
+}
+ALL_CASES = {**CASES, **UNPRIVILEGED_CASES}
+
+
+IN_PROCESS = {"not JSON", "not a notebook", "nothing", "two notebooks, none named right"}
+
+
+def run_case(built, name, returncodes=None) -> dict:
     """Lay out a fresh /autograder for one case and run run_autograder as Gradescope does
-    (working directory /autograder); return results.json, checked against the schema."""
-    files, extra_env = CASES[name]
+    (working directory /autograder); return results.json, checked against the schema.
+    run_autograder must end with 0, or, given ``returncodes`` (a dict), its status is put
+    there under the case's name."""
+    files, extra_env = ALL_CASES[name]
     tmp = built["tmp"] / "runs" / re.sub(r"\W+", "_", name)
     root = tmp / "autograder"
     shutil.copytree(built["unpacked"], root / "source", symlinks=True)
@@ -279,7 +403,7 @@ def run_case(built, name) -> dict:
     env = dict(
         os.environ,
         AUTOGRADER_ROOT=str(root),
-        AUTOGRADER_PYTHON=sys.executable,
+        AUTOGRADER_PYTHON=built["python"],
         AUTOGRADER_CELL_TIMEOUT="20",  # far above what a good cell takes, even under load
         AUTOGRADER_NOTEBOOK_TIMEOUT="60",
     )
@@ -290,7 +414,15 @@ def run_case(built, name) -> dict:
     done = subprocess.run(
         [str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True
     )
-    assert done.returncode == 0, (name, done.stdout, done.stderr)
+    if returncodes is None:
+        assert done.returncode == 0, (name, done.stdout, done.stderr)
+    else:
+        returncodes[name] = done.returncode
+    if "WARNING: the students' code runs as root" in done.stderr:
+        assert not built["unprivileged"] or extra_env.get("AUTOGRADER_STUDENT_USER") == "", (
+            name,
+            done.stderr,
+        )
     return results(root, name)
 
 
@@ -414,6 +546,39 @@ def test_setup_sh_works_in_a_folder_whose_path_has_spaces(built, tmp_path):
     assert done.returncode == 0, done.stderr
     installs = log.read_text().splitlines()
     assert len(installs) == 3 and all(line.startswith("-m pip ") for line in installs)
+
+
+@pytest.fixture(scope="module")
+def graded_unprivileged(built):
+    if not built["unprivileged"]:
+        pytest.skip(f"the kernels cannot run unprivileged: {built['why_not_unprivileged']}")
+    names, returncodes = list(UNPRIVILEGED_CASES), {}
+    with ThreadPoolExecutor(2) as pool:
+        data = pool.map(lambda n: run_case(built, n, returncodes), names)
+        return dict(zip(names, data, strict=True)), returncodes
+
+
+def test_as_root_the_kernel_runs_unprivileged_and_a_right_submission_scores_full(
+    graded_unprivileged,
+):
+    data = graded_unprivileged[0]["runs unprivileged"]
+    assert (data["score"], scores(data)) == (2.0, [1.0, 1.0])
+    assert data["output"] == "Graded 90_tiny.ipynb: 2 of 2 exercise checks passed."
+
+
+def test_a_submission_cannot_forge_results_json_change_the_course_or_kill_the_grader(
+    graded_unprivileged,
+):
+    """The forger's writes and kills are refused (PermissionError: its cell errors, after
+    defining softmax_0): results.json is the grader's (exercise 0 right, exercise 1 wrong,
+    not the forged 2 of 2) and run_autograder ends normally."""
+    name = "forges results.json and kills the grader"
+    data = graded_unprivileged[0][name]
+    assert data["output"] == "Graded 90_tiny.ipynb: 1 of 2 exercise checks passed.", data
+    assert scores(data) == [1.0, 0.0]
+    assert data["tests"][0]["output"] == "passed"
+    assert "should sum to 1, yours sum to" in data["tests"][1]["output"]
+    assert graded_unprivileged[1][name] == 0  # not killed
 
 
 def test_make_test_gradescope_runs_in_ci_after_test_colab():
