@@ -28,6 +28,9 @@ REFERENCE = [
     "docs/results/test-latest",
 ]
 include_patterns = ["README.md", "notebooks/[0-9][0-9]_*.ipynb", *(f"{d}.md" for d in REFERENCE)]
+# Folders Sphinx need not walk at all: it lists every file below the source folder before
+# matching, and the virtual environments (.venv, .venv-colab...) hold a few hundred thousand.
+exclude_patterns = [".*", "build", "bench", "lib", "tools"]
 extensions = ["myst_nb", "sphinx_copybutton"]
 
 # Notebooks are shown with their stored outputs and never run: strict nbval checks them.

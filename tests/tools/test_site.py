@@ -110,3 +110,27 @@ def test_a_sidebar_out_of_course_order_is_reported_on_any_page():
     view, base = seen()
     view["sidebar"] = list(reversed(view["sidebar"]))
     assert st.reader_problems("README.html", view, base)[0].startswith("sidebar not in course")
+
+
+def test_sphinx_does_not_walk_the_virtual_environments(tmp_path, monkeypatch):
+    """Sphinx lists every file below the source folder before matching; a virtual
+    environment (a few hundred thousand files) made a build take minutes instead of seconds."""
+    import os
+
+    from sphinx.util.matching import get_matching_files
+
+    for folder in (".venv-colab/lib", "build/site", "notebooks"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / ".venv-colab" / "lib" / "README.md").write_text("x")
+    (tmp_path / "notebooks" / "01_a.ipynb").write_text("{}")
+    walked, walk = [], os.walk
+
+    def recording_walk(top, **kwargs):
+        for root, dirs, files in walk(top, **kwargs):
+            walked.append(os.path.relpath(root, tmp_path))
+            yield root, dirs, files
+
+    monkeypatch.setattr(os, "walk", recording_walk)
+    found = list(get_matching_files(tmp_path, conf.include_patterns, conf.exclude_patterns))
+    assert found == ["notebooks/01_a.ipynb"]
+    assert not [w for w in walked if w.startswith((".venv", "build"))], walked
