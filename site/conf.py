@@ -26,6 +26,7 @@ REFERENCE = [
     "tests/README",
     "docs/results/test-matrix",
     "docs/results/test-latest",
+    "docs/results/ci-runs",
 ]
 include_patterns = ["README.md", "notebooks/[0-9][0-9]_*.ipynb", *(f"{d}.md" for d in REFERENCE)]
 # Folders Sphinx need not walk at all: it lists every file below the source folder before

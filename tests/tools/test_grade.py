@@ -43,6 +43,11 @@ def course(tmp_path, n_exercises=1, name="90_tiny.ipynb"):
             )
         )
         cells.append(new_code_cell(f"checks.check_log_softmax_list(softmax_{i})"))
+    return course_notebook(tmp_path, name, cells)
+
+
+def course_notebook(tmp_path, name, cells):
+    """The course notebook ``name`` made of ``cells``, in tmp_path/src."""
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {
         "name": "python3",
@@ -393,16 +398,7 @@ def test_an_mhaparams_answer_is_rebuilt_by_the_grader(tmp_path):
         ),
         new_code_cell("checks.check_from_torch(from_torch)"),
     ]
-    nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    src = tmp_path / "src"
-    src.mkdir()
-    nbformat.write(nb, src / "98_torch.ipynb")
-    source = src / "98_torch.ipynb"
+    source = course_notebook(tmp_path, "98_torch.ipynb", cells)
     right = grade.grade_notebook(submit(tmp_path, source, "amy", [FROM_TORCH_RIGHT]), source, "amy")
     assert [c.passed for c in right.checks] == [True], right.checks
     wrong = grade.grade_notebook(submit(tmp_path, source, "bob", [FROM_TORCH_WRONG]), source, "bob")
@@ -434,16 +430,7 @@ def test_lib_s_own_answer_is_refused_in_the_kernel_too(tmp_path):
         ),
         new_code_cell("checks.check_attention_list(attention)"),
     ]
-    nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    src = tmp_path / "src"
-    src.mkdir()
-    nbformat.write(nb, src / "97_lists.ipynb")
-    source = src / "97_lists.ipynb"
+    source = course_notebook(tmp_path, "97_lists.ipynb", cells)
     lib_call = "def attention(Q, K, V, mask=None):\n    return L.attention(Q, K, V, mask)\n"
     refused = grade.grade_notebook(submit(tmp_path, source, "bob", [lib_call]), source, "bob")
     assert [c.passed for c in refused.checks] == [False]
