@@ -9,10 +9,13 @@ reads (`source-read` below), never out of the notebooks on disk, so the download
 
 import json
 import re
+import sys
 from importlib.metadata import distribution
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # tools.make_student writes the student notebooks
+    sys.path.insert(0, str(ROOT))
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 project = "Multi-head attention, built from scratch"
@@ -69,28 +72,84 @@ SETUP_NOTE = (
 )
 
 
+# Exercise solutions: the lines between these markers (tools/make_student.py's rule) are
+# what a student writes. On the site the whole cell is collapsed behind a "Show solution"
+# toggle (tag hide-cell: its code and its outputs, if it ever has any, since what a solution
+# prints is its answer); the check cell after it stays in view, as it prints only what was
+# checked. A reader who scrolls sees the exercise, the toggle and the check, not the answer.
+SOLUTION_BEGIN = "### BEGIN SOLUTION"
+SHOW_SOLUTION = {"code_prompt_show": "Show solution", "code_prompt_hide": "Hide solution"}
+# Student versions (tools/make_student.py: solutions replaced by stubs, outputs cleared) are
+# written into the site here, one beside each page's download link of the stored notebook.
+STUDENT_FOLDER = "student"
+# A cell whose text outputs are longer than this many lines shows them in a scroll box
+# (myst-nb's tag output_scroll, 24em high) instead of at full length. The longest output
+# stored today is a 20-line table (notebook 07's coreference probe), the result its section
+# reads, which stays whole; 25 lines of output (about 450 px on the site) still fit on a
+# laptop's screen with the code that printed them, while anything longer (a whole matrix, a
+# log of every step) would push the prose out of sight.
+LONG_OUTPUT_LINES = 25
+
+
+def output_lines(output: dict) -> int:
+    """How many lines of text an output shows (0 for a figure or HTML)."""
+    if output.get("output_type") == "stream":
+        text = output.get("text", "")
+    elif output.get("output_type") == "error":
+        text = "\n".join(output.get("traceback", []))
+    elif "image/png" in output.get("data", {}) or "text/html" in output.get("data", {}):
+        return 0
+    else:
+        text = output.get("data", {}).get("text/plain", "")
+    text = "".join(text) if isinstance(text, list) else text
+    return len(text.rstrip("\n").split("\n")) if text else 0
+
+
+def is_solution(cell: dict, source: str) -> bool:
+    """A cell with an exercise's solution; a solution in a markdown cell is refused (the site
+    cannot collapse it yet, and it would be shown)."""
+    found = any(line.strip() == SOLUTION_BEGIN for line in source.splitlines())
+    if found and cell["cell_type"] != "code":
+        raise ValueError("a solution in a markdown cell: site/conf.py cannot hide it yet")
+    return found
+
+
 def reader_notebook(text: str, name: str) -> str:
     """The notebook as readers see it: the nbval markers dropped from code, the set-up cell
-    collapsed (tag hide-input) behind one line saying what it is, and a download link for
-    the notebook under its Colab line."""
+    collapsed (tag hide-input) behind one line saying what it is, every solution collapsed
+    behind a "Show solution" toggle, long outputs in a scroll box, and download links for
+    the notebook and its student version under its Colab line."""
     nb = json.loads(text)
     cells = []
     for cell in nb["cells"]:
         source = "".join(cell["source"])
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
         if cell["cell_type"] == "code":
             lines = source.splitlines(keepends=True)
             source = "".join(line for line in lines if not NBVAL_MARKER.match(line))
             if source.startswith(SETUP_FIRST_LINE):
-                cell.setdefault("metadata", {}).setdefault("tags", []).append("hide-input")
+                tags.append("hide-input")
                 note = {"cell_type": "markdown", "id": "setup-note", "metadata": {}}
                 cells.append({**note, "source": SETUP_NOTE})
+            if sum(map(output_lines, cell.get("outputs", []))) > LONG_OUTPUT_LINES:
+                tags.append("output_scroll")  # all of a cell's outputs share one box
+        if is_solution(cell, source):
+            tags.append("hide-cell")
+            cell["metadata"]["mystnb"] = dict(SHOW_SOLUTION)
+        if not tags:
+            del cell["metadata"]["tags"]
         cell["source"] = source
         cells.append(cell)
     first = cells[0]
     assert first["cell_type"] == "markdown" and "*Run in Colab:*" in first["source"], name
     colab = re.search(r"^\*Run in Colab:\*.*$", first["source"], re.MULTILINE)
     stored = f"../_sources/notebooks/{name}.ipynb"  # Sphinx's copy of the file as stored
-    link = f'\n\n*Download:* <a href="{stored}" download>{name}.ipynb</a> (with its outputs).'
+    blank = f"../{STUDENT_FOLDER}/{name}.ipynb"  # same name: the one students hand in
+    link = (
+        f'\n\n*Download:* <a href="{stored}" download>{name}.ipynb</a> (with its outputs), or '
+        f'<a href="{blank}" download class="student-download">its student version</a> '
+        "(exercises blank, no outputs)."
+    )
 
     first["source"] = first["source"][: colab.end()] + link + first["source"][colab.end() :]
     nb["cells"] = cells
@@ -129,6 +188,7 @@ def on_build_finished(app, exception) -> None:
         else:
             (target / part).parent.mkdir(parents=True, exist_ok=True)
             (target / part).write_bytes(source.read_bytes())
+    write_student_notebooks(Path(app.outdir) / STUDENT_FOLDER)
     # The address of the site opens the home page.
     (Path(app.outdir) / "index.html").write_text(
         '<!DOCTYPE html><meta charset="utf-8"><title>Redirecting</title>'
@@ -137,6 +197,28 @@ def on_build_finished(app, exception) -> None:
     )
 
 
+def write_student_notebooks(folder: Path) -> None:
+    """The student release (as `make student` writes it to build/student/) into the site."""
+    from tools import make_student
+
+    make_student.build(ROOT / "notebooks", folder)
+
+
+def visit_toggle(self, node) -> None:
+    """myst-nb's toggle of a collapsed cell, without its aria-label ("Toggle hidden
+    content"), so that a screen reader says what the reader sees: "Show solution"."""
+    from html import escape
+
+    self.body.append(f'<details class="admonition hide {" ".join(node["classes"])}">\n')
+    self.body.append("<summary>\n")
+    self.body.append(f'<p class="collapsed admonition-title">{escape(node["prompt_show"])}</p>\n')
+    self.body.append(f'<p class="expanded admonition-title">{escape(node["prompt_hide"])}</p>\n')
+    self.body.append("</summary>\n")
+
+
 def setup(app):
+    from myst_nb.sphinx_ import HideCodeCellNode, depart_HideCellInput
+
+    app.add_node(HideCodeCellNode, override=True, html=(visit_toggle, depart_HideCellInput))
     app.connect("source-read", on_source_read)
     app.connect("build-finished", on_build_finished)

@@ -2,6 +2,7 @@
 
     python tools/notebook_links.py            # rewrite what differs
     python tools/notebook_links.py --check    # only report; exit 1 if anything differs
+    python tools/notebook_links.py --site     # print the site's address (nothing if unset)
 
 The setting is the course's public address, ``[project.urls] Repository`` in pyproject.toml
 (a GitHub repository: Colab opens notebooks from GitHub). From it this tool writes
@@ -11,13 +12,15 @@ The setting is the course's public address, ``[project.urls] Repository`` in pyp
   reading its imports: ``lib.bert`` needs ``"model"``, torch needs ``"torch"``);
 - the **Colab badge**, the line after the title in every notebook's first cell, and the
   Colab column of the README's table of notebooks;
+- the README's **site line** ("Read the course online"), the address GitHub Pages gives
+  the repository, where .github/workflows/site.yml publishes `make site`'s build;
 - the **packaged data**: ``lib/data/`` holds copies of the files in ``data/`` that notebooks
   read at run time, so that they ship inside the package.
 
-While the address is not set, the set-up cell asks for ``COURSE_SOURCE`` and the badges say
-that the course is not published yet; nothing links anywhere. ``COURSE_SOURCE`` (an
-environment variable read by the set-up cell when it runs) overrides the address: the
-tests use it to install the course from a wheel built from the checkout.
+While the address is not set, the set-up cell asks for ``COURSE_SOURCE`` and the badges and
+the site line say that the course is not published yet; nothing links anywhere.
+``COURSE_SOURCE`` (an environment variable read by the set-up cell when it runs) overrides
+the address: the tests use it to install the course from a wheel built from the checkout.
 """
 
 from __future__ import annotations
@@ -103,6 +106,13 @@ UNPUBLISHED_BADGE = (
     '"Publishing the course").'
 )
 
+# The README's line with the course's website, just above its table of notebooks.
+SITE_LINE = re.compile(r"^\*Read the course online:\*.*$", re.MULTILINE)
+UNPUBLISHED_SITE = (
+    "*Read the course online:* not yet: this copy of the course has no public address; "
+    "`make site` builds the website into `build/site/`."
+)
+
 
 @dataclass(frozen=True)
 class Repository:
@@ -112,6 +122,13 @@ class Repository:
     @property
     def url(self) -> str:
         return f"https://github.com/{self.owner}/{self.name}"
+
+    @property
+    def pages(self) -> str:
+        """The address GitHub Pages serves the repository's site at (a repository named
+        OWNER.github.io is served at the root of that host)."""
+        host = f"{self.owner.lower()}.github.io"
+        return f"https://{host}/" if self.name.lower() == host else f"https://{host}/{self.name}/"
 
     @property
     def archive(self) -> str:
@@ -227,9 +244,31 @@ def updated_notebook(path: Path, repo: Repository | None):
     return nb
 
 
+def site_line(repo: Repository | None) -> str:
+    """The README's line with the course's website (GitHub Pages), or "not yet"."""
+    if repo is None:
+        return UNPUBLISHED_SITE
+    return (
+        f"*Read the course online:* [{repo.pages}]({repo.pages}) (every notebook as a web "
+        "page, with search; published from `main` by .github/workflows/site.yml)."
+    )
+
+
+def with_site_line(text: str, repo: Repository | None) -> str:
+    """The README with its site line as the setting says: rewritten where it is, or put as
+    its own paragraph just above the table of notebooks."""
+    line = site_line(repo)
+    if SITE_LINE.search(text):
+        return SITE_LINE.sub(lambda _: line, text, count=1)
+    table = text.find("\n| # | notebook |")
+    if table < 0:
+        raise ValueError("README.md has no table of notebooks ('| # | notebook | ...')")
+    return f"{text[:table]}\n{line}\n{text[table:]}"
+
+
 def readme_text(text: str, repo: Repository | None) -> str:
-    """The README with the Colab column of its notebook table filled in."""
-    lines = text.split("\n")
+    """The README with its site line and the Colab column of its notebook table filled in."""
+    lines = with_site_line(text, repo).split("\n")
     out = []
     in_table = False
     for line in lines:
@@ -302,8 +341,14 @@ def write(repo: Repository | None, root: Path = ROOT) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only report; exit 1 on a difference")
+    parser.add_argument(
+        "--site", action="store_true", help="print the site's address (nothing while unset)"
+    )
     args = parser.parse_args(argv)
     repo = repository()
+    if args.site:  # .github/workflows/site.yml deploys only when this prints an address
+        print(repo.pages if repo else "")
+        return 0
     where = repo.url if repo else "not set (the course is not published yet)"
     if args.check:
         stale = differences(repo)

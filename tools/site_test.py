@@ -205,6 +205,7 @@ class Browser:
             page.wait_for_load_state("networkidle")
             found = page.evaluate(PAGE_JS)
             page.wait_for_load_state("networkidle")  # fonts MathJax asked for
+            result.problems += exercise_and_output_problems(page, path, folder)
         except Exception as exc:  # noqa: BLE001 - any failure to load the page is reported
             result.problems.append(f"could not check the page: {str(exc).splitlines()[0]}")
             page.close()
@@ -269,6 +270,171 @@ def reader_problems(path: str, seen: dict, base: str) -> list[str]:
     problems += [f"{seen['nbval']} code blocks show an nbval marker"] if seen["nbval"] else []
     problems += ["the set-up cell is shown, not collapsed"] if seen["setupShown"] else []
     return problems
+
+
+# --- Exercises, long outputs, student downloads and the title cell's bullets -------------
+# On a notebook's page: every exercise solution (a code block holding "### BEGIN SOLUTION")
+# is not shown until its "Show solution" toggle is clicked, then is; the page has as many
+# solutions as the notebook; the student version linked beside the download link is served
+# and holds no solution; the title cell's "Needs:" and "Time:" lines are shown. On every
+# page: no block of text output taller than OUTPUT_MAX_PX unless it scrolls (site/conf.py
+# puts outputs of more than LONG_OUTPUT_LINES lines in a 24em scroll box).
+SOLUTION_MARK = "### BEGIN SOLUTION"
+SHOW_SOLUTION = "Show solution"
+# Output lines are 17.5 px apart on the site (14 px text), plus about 15 px of padding: 25
+# lines (site/conf.py's LONG_OUTPUT_LINES) take about 453 px, and the longest output stored
+# (20 lines) 365 px. An output over this limit is longer than 25 lines and shown whole.
+OUTPUT_MAX_PX = 470
+TITLE_BULLETS = ("Needs:", "Time:")
+READER_JS = r"""([mark, bullets]) => {
+  const article = document.querySelector('article') || document.body;
+  const shown = el => {
+    const box = el.getBoundingClientRect();
+    return el.checkVisibility({opacityProperty: true, visibilityProperty: true})
+      && box.width > 0 && box.height > 0;
+  };
+  const solutions = [...article.querySelectorAll('pre')]
+    .filter(pre => pre.textContent.includes(mark))
+    .map((pre, i) => {
+      pre.dataset.solution = String(i);
+      const summary = pre.closest('details')?.querySelector(':scope > summary');
+      const name = (pre.textContent.match(/def (\w+)/) || [, `block ${i + 1}`])[1];
+      return {name, shown: shown(pre), toggle: summary ? summary.innerText.trim() : null};
+    });
+  const outputs = [];
+  for (const out of article.querySelectorAll('.cell_output')) {
+    if (!shown(out) || out.querySelector('img')) continue;  // figures are not text
+    const style = getComputedStyle(out);
+    const scrolls = /auto|scroll/.test(style.overflowY) && out.scrollHeight > out.clientHeight;
+    const lines = out.innerText.split('\n').length;
+    outputs.push({height: Math.round(out.getBoundingClientRect().height), scrolls, lines});
+  }
+  const titleLines = {};
+  for (const label of bullets) {
+    const li = [...article.querySelectorAll('li')].find(
+      li => li.querySelector('strong')?.textContent.trim() === label);
+    titleLines[label] = li && shown(li) ? li.innerText.trim() : null;
+  }
+  const student = [...article.querySelectorAll('a[download]')].map(a => a.href)
+    .filter(href => /\/student\/[^/]+\.ipynb$/.test(href));
+  return {solutions, outputs, titleLines, student};
+}"""
+
+
+@functools.cache
+def solution_regions(notebook: str) -> tuple[str, ...]:
+    """The solution regions of a stored notebook (tools/make_student.py's reading), each as
+    its non-blank lines."""
+    import nbformat
+
+    from tools import make_student
+
+    nb = nbformat.read(ROOT / "notebooks" / f"{notebook}.ipynb", as_version=4)
+    _, infos = make_student.student_notebook(nb, notebook)
+    return tuple(
+        "\n".join(line.strip() for line in region.lines if line.strip())
+        for info in infos
+        for region in info.regions
+        if region.kind == "solution"
+    )
+
+
+def student_notebook_problems(text: str, notebook: str) -> list[str]:
+    """What is wrong with a served student notebook: not a notebook, a solution marker or
+    a solution's code in it, an output."""
+    import json
+
+    try:
+        cells = json.loads(text)["cells"]
+    except (ValueError, KeyError, TypeError):
+        return [f"student/{notebook}.ipynb is not a notebook"]
+    code = ["".join(c.get("source", "")) for c in cells]
+    flat = "\n".join(line.strip() for c in code for line in c.splitlines() if line.strip())
+    problems = []
+    if any(SOLUTION_MARK in c for c in code):
+        problems.append(f"student/{notebook}.ipynb has a {SOLUTION_MARK!r} marker")
+    leaked = [r for r in solution_regions(notebook) if r and r in flat]
+    if leaked:
+        problems.append(f"student/{notebook}.ipynb holds {len(leaked)} solution(s)")
+    if any(c.get("outputs") for c in cells):
+        problems.append(f"student/{notebook}.ipynb has outputs")
+    return problems
+
+
+def exercise_and_output_problems(page, path: str, folder: Path) -> list[str]:
+    """The checks above, on a page already loaded; clicks each solution's toggle."""
+    seen = page.evaluate(READER_JS, [SOLUTION_MARK, list(TITLE_BULLETS)])
+    problems = [
+        f"an output {o['height']} px tall ({o['lines']} lines) is shown whole, not collapsed "
+        f"or in a scroll box (limit {OUTPUT_MAX_PX} px)"
+        for o in seen["outputs"]
+        if o["height"] > OUTPUT_MAX_PX and not o["scrolls"]
+    ]
+    if path not in NOTEBOOK_PAGES:
+        return problems
+    notebook = Path(path).stem
+    expected = len(solution_regions(notebook))
+    if len(seen["solutions"]) != expected:
+        problems.append(
+            f"{len(seen['solutions'])} solutions on the page, the notebook has {expected}"
+        )
+    for i, solution in enumerate(seen["solutions"]):
+        where = f"solution {solution['name']}"
+        if solution["shown"]:
+            problems.append(f"{where} is visible without clicking")
+            continue
+        if solution["toggle"] != SHOW_SOLUTION:
+            problems.append(f"{where} has no {SHOW_SOLUTION!r} toggle: {solution['toggle']!r}")
+            continue
+        block = page.locator(f'pre[data-solution="{i}"]')
+        block.locator("xpath=ancestor::details[1]/summary").click()
+        if not block.evaluate(
+            "el => el.checkVisibility() && el.getBoundingClientRect().height > 0"
+        ):
+            problems.append(f"{where} is not shown after clicking its toggle")
+    for label, text in seen["titleLines"].items():
+        if not text or len(text) <= len(label) + 3:
+            problems.append(f"the title cell's {label!r} line is not shown")
+    stored = f"/student/{notebook}.ipynb"
+    links = [href for href in seen["student"] if href.endswith(stored)]
+    if not links:
+        problems.append(f"no download link for the student version {stored[1:]}")
+        return problems
+    response = page.request.get(links[0])
+    if not response.ok:
+        problems.append(f"student version {stored[1:]} answered {response.status}")
+    else:
+        problems += student_notebook_problems(response.text(), notebook)
+    return problems
+
+
+# Faults of the block above, planted in the self-check's page (and its student notebook).
+LONG_TEXT = "<pre>" + "\n".join(f"line {i}" for i in range(60)) + "</pre>"
+PLANTED_READER = (
+    "<pre>def leaked_answer():\n    ### BEGIN SOLUTION\n    return 42\n    ### END SOLUTION</pre>"
+    f'<div class="cell_output">{LONG_TEXT}</div>'
+    # Not a fault: the same output in myst-nb's scroll box (the tag site/conf.py gives).
+    f'<div class="cell tag_output_scroll"><div class="cell_output">{LONG_TEXT}</div></div>'
+)
+EXPECTED_READER = [
+    r"^solution leaked_answer is visible without clicking$",
+    r"^4 solutions on the page, the notebook has 3$",
+    r"^an output \d+ px tall \(60 lines\) is shown whole, not collapsed or in a scroll box",
+    r"^the title cell's 'Time:' line is not shown$",
+    r"^student/01_attention_with_lists\.ipynb has a '### BEGIN SOLUTION' marker$",
+    r"^student/01_attention_with_lists\.ipynb holds 3 solution\(s\)$",
+    r"^student/01_attention_with_lists\.ipynb has outputs$",
+]
+
+
+def plant_reader_faults(folder: Path, html: str) -> str:
+    """The self-check's page with a solution shown, a long output shown whole and its "Time:"
+    line gone; its student version replaced by the solved notebook."""
+    name = Path(BROKEN_PAGE).stem
+    solved = (ROOT / "notebooks" / f"{name}.ipynb").read_text()
+    (folder / "student" / f"{name}.ipynb").write_text(solved)
+    html = html.replace("<strong>Time:</strong>", "<strong>Duration:</strong>", 1)
+    return html.replace("</article>", PLANTED_READER + "</article>", 1)
 
 
 def pages_of(folder: Path) -> list[str]:
@@ -345,11 +511,11 @@ def self_check(browser: Browser) -> list[str]:
         folder = Path(tmp) / "site"
         shutil.copytree(SITE, folder)
         page = folder / BROKEN_PAGE
-        html = page.read_text()
+        html = plant_reader_faults(folder, page.read_text())
         page.write_text(html.replace("</article>", PLANTED + "</article>", 1))
         with Server(folder) as server:
             found = browser.check(server, folder, BROKEN_PAGE).problems
-    patterns = [re.compile(p) for p in EXPECTED]
+    patterns = [re.compile(p) for p in EXPECTED + EXPECTED_READER]
     missed = [f"not reported: /{p.pattern}/" for p in patterns if not any(map(p.search, found))]
     extra = [f"reported unexpectedly: {f}" for f in found if not any(p.search(f) for p in patterns)]
     return missed + extra
@@ -399,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
                 found = self_check(browser)
                 for problem in found:
                     log(f"  self-check: {problem}")
-                log(f"self-check: {'FAILED' if found else f'found all {len(EXPECTED)} faults'}")
+                faults = len(EXPECTED) + len(EXPECTED_READER)
+                log(f"self-check: {'FAILED' if found else f'found all {faults} faults'}")
                 failed += ["self-check"] if found else []
                 passed += 0 if found else 1
         finally:

@@ -134,3 +134,69 @@ def test_sphinx_does_not_walk_the_virtual_environments(tmp_path, monkeypatch):
     found = list(get_matching_files(tmp_path, conf.include_patterns, conf.exclude_patterns))
     assert found == ["notebooks/01_a.ipynb"]
     assert not [w for w in walked if w.startswith((".venv", "build"))], walked
+
+
+def test_every_solution_is_collapsed_behind_a_show_solution_toggle():
+    stored = (ROOT / "notebooks" / f"{FIRST}.ipynb").read_text()
+    shown = json.loads(conf.reader_notebook(stored, FIRST))["cells"]
+    solutions = [c for c in shown if conf.SOLUTION_BEGIN in c["source"]]
+    assert len(solutions) == len(st.solution_regions(FIRST)) == 3
+    for cell in solutions:  # code and outputs both hidden, behind the solution's own label
+        assert "hide-cell" in cell["metadata"]["tags"]
+        assert cell["metadata"]["mystnb"]["code_prompt_show"] == st.SHOW_SOLUTION
+    checks = [c for c in shown if c["source"].startswith("checks.check_")]
+    assert checks and not any("tags" in c["metadata"] for c in checks)  # checks stay shown
+    first = shown[0]["source"]
+    assert f'href="../student/{FIRST}.ipynb" download' in first
+
+
+def test_a_solution_in_a_markdown_cell_is_refused_not_shown():
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": "# T\n\n*Run in Colab:* no\n"},
+            {"cell_type": "markdown", "metadata": {}, "source": "### BEGIN SOLUTION\nx\n"},
+        ]
+    }
+    with pytest.raises(ValueError, match="markdown cell"):
+        conf.reader_notebook(json.dumps(nb), "t")
+
+
+def output(lines):
+    return {"output_type": "stream", "name": "stdout", "text": "".join(f"{i}\n" for i in lines)}
+
+
+@pytest.mark.parametrize(
+    ("outputs", "scrolls"),
+    [
+        ([output(range(25))], False),
+        ([output(range(26))], True),
+        ([output(range(13)), output(range(13))], True),  # one box for the cell's outputs
+        ([{"output_type": "display_data", "data": {"image/png": "", "text/plain": "x"}}], False),
+    ],
+)
+def test_a_long_output_goes_in_a_scroll_box(outputs, scrolls):
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": "# T\n\n*Run in Colab:* no\n"},
+            {"cell_type": "code", "metadata": {}, "source": "f()", "outputs": outputs},
+        ]
+    }
+    cell = json.loads(conf.reader_notebook(json.dumps(nb), "t"))["cells"][1]
+    assert ("output_scroll" in cell["metadata"].get("tags", [])) == scrolls
+
+
+def test_a_served_student_notebook_with_a_solution_is_reported(tmp_path):
+    from tools import make_student
+
+    out = make_student.build(ROOT / "notebooks", tmp_path)
+    blank = next(target for _, target in out if target.stem == FIRST).read_text()
+    assert st.student_notebook_problems(blank, FIRST) == []
+    solved = (ROOT / "notebooks" / f"{FIRST}.ipynb").read_text()
+    assert st.student_notebook_problems(solved, FIRST) == [
+        f"student/{FIRST}.ipynb has a '### BEGIN SOLUTION' marker",
+        f"student/{FIRST}.ipynb holds 3 solution(s)",
+        f"student/{FIRST}.ipynb has outputs",
+    ]
+    assert st.student_notebook_problems("<html>", FIRST) == [
+        f"student/{FIRST}.ipynb is not a notebook"
+    ]
