@@ -50,8 +50,14 @@ html_theme_options = {
     "show_toc_level": 2,
     "home_page_in_toc": True,
 }
-# Light until the figures are checked for dark backgrounds; readers can switch.
-html_context = {"default_mode": "light"}
+# Light or dark as the reader's system is set ("auto"); readers can switch. make test-site
+# checks both modes (axe-core's contrast rules) and that every figure is opaque.
+html_context = {"default_mode": "auto"}
+# Accessibility (checked by make test-site with axe-core): the theme's search button without a
+# label that hides its text (_templates), inline code that wraps on a phone (_static/a11y.css).
+templates_path = ["_templates"]
+html_static_path = ["_static"]
+html_css_files = ["a11y.css"]
 html_show_sourcelink = False
 html_copy_source = True  # _sources/: each notebook as stored, linked from its page
 html_last_updated_fmt = None
@@ -204,21 +210,21 @@ def write_student_notebooks(folder: Path) -> None:
     make_student.build(ROOT / "notebooks", folder)
 
 
-def visit_toggle(self, node) -> None:
-    """myst-nb's toggle of a collapsed cell, without its aria-label ("Toggle hidden
-    content"), so that a screen reader says what the reader sees: "Show solution"."""
-    from html import escape
+def visit_hidden_cell(self, node) -> None:
+    """myst-nb's collapsed cell with its <summary> named by the text it shows ("Show code cell
+    source"): myst-nb's aria-label "Toggle hidden content" hides that text from assistive
+    technology, which axe-core reports (label-content-name-mismatch, serious)."""
+    from myst_nb import sphinx_ as myst_nb_sphinx
 
-    self.body.append(f'<details class="admonition hide {" ".join(node["classes"])}">\n')
-    self.body.append("<summary>\n")
-    self.body.append(f'<p class="collapsed admonition-title">{escape(node["prompt_show"])}</p>\n')
-    self.body.append(f'<p class="expanded admonition-title">{escape(node["prompt_hide"])}</p>\n')
-    self.body.append("</summary>\n")
+    start = len(self.body)
+    myst_nb_sphinx.visit_HideCellInput(self, node)
+    label = ' aria-label="Toggle hidden content"'
+    self.body[start:] = [part.replace(label, "") for part in self.body[start:]]
 
 
 def setup(app):
     from myst_nb.sphinx_ import HideCodeCellNode, depart_HideCellInput
 
-    app.add_node(HideCodeCellNode, override=True, html=(visit_toggle, depart_HideCellInput))
+    app.add_node(HideCodeCellNode, override=True, html=(visit_hidden_cell, depart_HideCellInput))
     app.connect("source-read", on_source_read)
     app.connect("build-finished", on_build_finished)

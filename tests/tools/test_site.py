@@ -5,6 +5,7 @@ planted faults that must all be reported)."""
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,90 @@ def test_a_served_student_notebook_with_a_solution_is_reported(tmp_path):
     assert st.student_notebook_problems("<html>", FIRST) == [
         f"student/{FIRST}.ipynb is not a notebook"
     ]
+
+
+# The accessibility checks' judgements (what they see in the browser is proven by the self-check).
+
+
+def test_headings_in_order_with_one_h1_pass():
+    levels = [1, 2, 3, 3, 2, 3, 4, 2]
+    assert st.heading_problems([{"level": n, "text": f"h{n}"} for n in levels]) == []
+
+
+@pytest.mark.parametrize(
+    ("levels", "problem"),
+    [
+        ([1, 3], "heading skips a level: h1 'h1' then h3 'h3'"),
+        ([1, 2, 4], "heading skips a level: h2 'h2' then h4 'h4'"),
+        ([1, 2, 1], "2 h1 headings, not one: ['h1', 'h1']"),
+        ([2, 3], "0 h1 headings, not one: []"),
+        ([2, 1, 2], "a heading before the h1: h2 'h2'"),
+    ],
+)
+def test_each_heading_fault_is_reported(levels, problem):
+    assert problem in st.heading_problems([{"level": n, "text": f"h{n}"} for n in levels])
+
+
+def test_serious_and_critical_axe_violations_fail_and_image_alt_is_a_note_for_now():
+    def violation(rule, impact):
+        return {"id": rule, "impact": impact, "count": 2, "first": "p", "summary": "why"}
+
+    problems, notes = st.axe_problems(
+        [
+            violation("color-contrast", "serious"),
+            violation("button-name", "critical"),
+            violation("region", "moderate"),
+            violation("image-alt", "critical"),
+        ],
+        "dark",
+    )
+    assert problems == [
+        "axe (dark mode): serious color-contrast on 2 element(s), first p: why",
+        "axe (dark mode): critical button-name on 2 element(s), first p: why",
+    ]
+    exempt = "image-alt" in st.AXE_EXEMPT_UNTIL_ALT_TEXT
+    assert len(notes) == (1 if exempt else 0)
+
+
+def test_a_see_through_figure_and_a_file_name_as_alt_text_are_reported():
+    base = "http://127.0.0.1:1/"
+    figures = [
+        {"src": base + "_images/a.png", "alt": "Two heads' weights", "seeThrough": 0, "pixels": 4},
+        {"src": base + "_images/b.png", "alt": "Loss curves", "seeThrough": 1, "pixels": 4},
+        {"src": base + "_images/c.png", "alt": "../_images/c.png", "seeThrough": 0, "pixels": 4},
+    ]
+    problems, notes = st.figure_problems(figures, base)
+    alt = ["figure without alt text (alt is its file name): _images/c.png"]
+    assert "figure not opaque: _images/b.png (25% of its pixels see-through)" in problems
+    assert (
+        problems + notes
+        == ["figure not opaque: _images/b.png (25% of its pixels see-through)"] + alt
+    )
+
+
+def test_the_planted_see_through_png_is_a_valid_half_transparent_image():
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(st.see_through_png()))
+    assert image.mode == "RGBA" and image.size == (8, 8)
+    assert {image.getpixel((x, y))[3] for x in range(8) for y in range(8)} == {128}
+
+
+def test_axe_core_is_pinned_to_one_version_in_package_json_and_its_lock():
+    pin = st.axe_version()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", pin), pin
+    lock = json.loads((ROOT / "tools" / "axe" / "package-lock.json").read_text())
+    assert lock["packages"]["node_modules/axe-core"]["version"] == pin
+
+
+def test_without_npm_the_missing_tool_is_named_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(st, "AXE_DIR", tmp_path / "axe")
+    monkeypatch.setattr(st.shutil, "which", lambda name: None)
+    st.axe_source.cache_clear()
+    try:
+        with pytest.raises(st.bt.Missing, match=r"^npm is missing: .*axe-core \d"):
+            st.axe_source()
+    finally:
+        st.axe_source.cache_clear()
