@@ -69,6 +69,19 @@ SETUP_NOTE = (
 )
 
 
+def carry_figure_alt(cell: dict) -> None:
+    """The alt text a figure is stored with (lib.plots.show puts it in the output's metadata)
+    set where myst-nb reads it, the cell's ``mystnb.image.alt``: the page's ``<img alt>``."""
+    alts = {
+        out.get("metadata", {}).get("image/png", {}).get("alt")
+        for out in cell.get("outputs", [])
+        if "image/png" in out.get("data", {})
+    } - {None}
+    assert len(alts) <= 1, f"a cell with figures of different alt texts: {sorted(alts)}"
+    if alts:
+        cell.setdefault("metadata", {}).setdefault("mystnb", {})["image"] = {"alt": alts.pop()}
+
+
 def reader_notebook(text: str, name: str) -> str:
     """The notebook as readers see it: the nbval markers dropped from code, the set-up cell
     collapsed (tag hide-input) behind one line saying what it is, and a download link for
@@ -78,6 +91,7 @@ def reader_notebook(text: str, name: str) -> str:
     for cell in nb["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] == "code":
+            carry_figure_alt(cell)
             lines = source.splitlines(keepends=True)
             source = "".join(line for line in lines if not NBVAL_MARKER.match(line))
             if source.startswith(SETUP_FIRST_LINE):

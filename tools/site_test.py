@@ -15,7 +15,9 @@
    - a formula MathJax did not typeset (a math element with no typeset formula in it, an
      error node, an unknown command) or a ``$`` left in the prose (a formula not found);
    - a link within the site to a file that is not there, or to an anchor (``#...``) that its
-     page does not have.
+     page does not have;
+   - a notebook's figure without an alt text that says what it shows (read from the page's
+     HTML file: ``figure_alt_problems``).
 3. Types words into the search page and requires a result from the right notebook (Sphinx's
    own search, an index in the site: it works offline).
 4. Self-check (unless ``--no-self-checks``): a copy of the site with one page broken on
@@ -38,6 +40,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -222,7 +225,39 @@ class Browser:
         result.links = len(internal)
         result.problems += dead_links(folder, server.base, path, internal)
         result.problems += reader_problems(path, found["reader"], server.base)
+        result.problems += figure_alt_problems((folder / path).read_text())
         return result
+
+
+class _Images(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.found: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.found.append(dict(attrs))
+
+
+def figure_alt_problems(html: str) -> list[str]:
+    """A notebook's figures (the images myst-nb writes to _images/) without an alt text that
+    says what they show: missing (docutils then puts the file's address in ``alt``), short,
+    generic (lib.plots.alt_text_problem) or the same as another figure's on the page."""
+    from lib.plots import alt_text_problem
+
+    parser = _Images()
+    parser.feed(html)
+    problems, seen = [], set()
+    for img in parser.found:
+        src, alt = img.get("src") or "", img.get("alt")
+        if "_images/" not in src:
+            continue
+        why = alt_text_problem(None if alt == src else alt)
+        if why is None and alt in seen:
+            why = f"alt text {alt!r} is the same as another figure's"
+        seen.add(alt)
+        problems += [f"figure {src.rsplit('/', 1)[-1]}: {why}"] if why else []
+    return problems
 
 
 @functools.cache

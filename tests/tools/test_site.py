@@ -134,3 +134,34 @@ def test_sphinx_does_not_walk_the_virtual_environments(tmp_path, monkeypatch):
     found = list(get_matching_files(tmp_path, conf.include_patterns, conf.exclude_patterns))
     assert found == ["notebooks/01_a.ipynb"]
     assert not [w for w in walked if w.startswith((".venv", "build"))], walked
+
+
+def test_a_figure_s_alt_text_reaches_myst_nb_s_cell_metadata():
+    name = "04_looking_at_heads"
+    stored = (ROOT / "notebooks" / f"{name}.ipynb").read_text()
+    shown = json.loads(conf.reader_notebook(stored, name))
+    alts = [
+        out["metadata"]["image/png"]["alt"]
+        for cell in json.loads(stored)["cells"]
+        for out in cell.get("outputs", [])
+        if "image/png" in out.get("data", {})
+    ]
+    carried = [
+        c["metadata"]["mystnb"]["image"]["alt"] for c in shown["cells"] if "mystnb" in c["metadata"]
+    ]
+    assert carried == alts and len(alts) > 1
+
+
+def test_figures_without_alt_text_that_says_what_they_show_are_reported():
+    good = "Heatmap of head 3's weights: each token attends mostly to the previous one"
+    html = (
+        f'<img alt="{good}" src="../_images/a.png" />'
+        '<img alt="../_images/b.png" src="../_images/b.png" />'  # docutils: no alt given
+        '<img alt="a plot" src="../_images/c.png" />'
+        f'<img alt="{good}" src="../_images/d.png" />'
+        '<img alt="logo" src="../_static/logo.png" />'  # not a notebook's figure
+    )
+    problems = st.figure_alt_problems(html)
+    assert [p.split(":")[0] for p in problems] == ["figure b.png", "figure c.png", "figure d.png"]
+    assert "same as another figure" in problems[-1]
+    assert st.figure_alt_problems(f'<p><img src="../_images/a.png" alt="{good}"></p>') == []
