@@ -120,6 +120,19 @@ def is_solution(cell: dict, source: str) -> bool:
     return found
 
 
+def carry_figure_alt(cell: dict) -> None:
+    """The alt text a figure is stored with (lib.plots.show puts it in the output's metadata)
+    set where myst-nb reads it, the cell's ``mystnb.image.alt``: the page's ``<img alt>``."""
+    alts = {
+        out.get("metadata", {}).get("image/png", {}).get("alt")
+        for out in cell.get("outputs", [])
+        if "image/png" in out.get("data", {})
+    } - {None}
+    assert len(alts) <= 1, f"a cell with figures of different alt texts: {sorted(alts)}"
+    if alts:
+        cell.setdefault("metadata", {}).setdefault("mystnb", {})["image"] = {"alt": alts.pop()}
+
+
 def reader_notebook(text: str, name: str) -> str:
     """The notebook as readers see it: the nbval markers dropped from code, the set-up cell
     collapsed (tag hide-input) behind one line saying what it is, every solution collapsed
@@ -131,6 +144,7 @@ def reader_notebook(text: str, name: str) -> str:
         source = "".join(cell["source"])
         tags = cell.setdefault("metadata", {}).setdefault("tags", [])
         if cell["cell_type"] == "code":
+            carry_figure_alt(cell)
             lines = source.splitlines(keepends=True)
             source = "".join(line for line in lines if not NBVAL_MARKER.match(line))
             if source.startswith(SETUP_FIRST_LINE):
@@ -141,7 +155,9 @@ def reader_notebook(text: str, name: str) -> str:
                 tags.append("output_scroll")  # all of a cell's outputs share one box
         if is_solution(cell, source):
             tags.append("hide-cell")
-            cell["metadata"]["mystnb"] = dict(SHOW_SOLUTION)
+            cell["metadata"].setdefault("mystnb", {}).update(
+                SHOW_SOLUTION
+            )  # a figure keeps its alt
         if not tags:
             del cell["metadata"]["tags"]
         cell["source"] = source

@@ -15,14 +15,15 @@
    - a formula MathJax did not typeset (a math element with no typeset formula in it, an
      error node, an unknown command) or a ``$`` left in the prose (a formula not found);
    - a link within the site to a file that is not there, or to an anchor (``#...``) that its
-     page does not have.
+     page does not have;
+   - a notebook's figure without an alt text that says what it shows (read from the page's
+     HTML file: ``figure_alt_problems``).
    - (accessibility) a serious or critical violation found by axe-core (pinned in
      tools/axe/, installed with npm into build/axe, injected into the page: no outside
      request), in light mode and again in dark mode (the rules colours decide);
    - headings out of order: not exactly one h1, or a level skipped (h2 then h4);
    - a figure that is not opaque (each image decoded in a canvas: a see-through figure
-     vanishes on a dark background); a figure without alt text is noted, not failed on,
-     while ``AXE_EXEMPT_UNTIL_ALT_TEXT`` says so;
+     vanishes on a dark background) or whose alt text is missing or its file name;
    - at phone width (390 px), a page that scrolls sideways (code blocks and tables scroll in
      their own box); its screenshot is saved in build/site-screenshots/.
 3. Types words into the search page and requires a result from the right notebook (Sphinx's
@@ -51,6 +52,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -160,7 +162,6 @@ class PageCheck:
     formulas: int = 0
     links: int = 0
     problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # reported, not failed on
 
 
 class Browser:
@@ -220,7 +221,7 @@ class Browser:
             found = page.evaluate(PAGE_JS)
             page.wait_for_load_state("networkidle")  # fonts MathJax asked for
             result.problems += exercise_and_output_problems(page, path, folder)
-            a11y_problems, result.notes = accessibility(page, server.base, path, folder)
+            a11y_problems = accessibility(page, server.base, path, folder)
         except Exception as exc:  # noqa: BLE001 - any failure to load the page is reported
             result.problems.append(f"could not check the page: {str(exc).splitlines()[0]}")
             page.close()
@@ -239,7 +240,39 @@ class Browser:
         result.problems += dead_links(folder, server.base, path, internal)
         result.problems += reader_problems(path, found["reader"], server.base)
         result.problems += a11y_problems
+        result.problems += figure_alt_problems((folder / path).read_text())
         return result
+
+
+class _Images(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.found: list[dict[str, str | None]] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.found.append(dict(attrs))
+
+
+def figure_alt_problems(html: str) -> list[str]:
+    """A notebook's figures (the images myst-nb writes to _images/) without an alt text that
+    says what they show: missing (docutils then puts the file's address in ``alt``), short,
+    generic (lib.plots.alt_text_problem) or the same as another figure's on the page."""
+    from lib.plots import alt_text_problem
+
+    parser = _Images()
+    parser.feed(html)
+    problems, seen = [], set()
+    for img in parser.found:
+        src, alt = img.get("src") or "", img.get("alt")
+        if "_images/" not in src:
+            continue
+        why = alt_text_problem(None if alt == src else alt)
+        if why is None and alt in seen:
+            why = f"alt text {alt!r} is the same as another figure's"
+        seen.add(alt)
+        problems += [f"figure {src.rsplit('/', 1)[-1]}: {why}"] if why else []
+    return problems
 
 
 @functools.cache
@@ -498,10 +531,6 @@ def check_search(browser: Browser, server: Server) -> list[str]:
 AXE_PIN = ROOT / "tools" / "axe"
 AXE_DIR = ROOT / "build" / "axe"
 AXE_FAIL_ON = ("serious", "critical")
-# Reported (as notes, per page) but not failed on until the figures' alt text is written in
-# the notebooks (the alt-text part of issue 26): axe-core's image-alt rule, and this test's own
-# check that no figure's alt is missing or only its file's name. TO BE REMOVED once that lands.
-AXE_EXEMPT_UNTIL_ALT_TEXT = frozenset({"image-alt"})
 # In dark mode only the rules that colours decide are run again (all rules run in light mode).
 AXE_COLOUR_RULES = ["color-contrast", "link-in-text-block"]
 PHONE = {"width": 390, "height": 844}  # a phone, in CSS pixels
@@ -648,9 +677,9 @@ MODE_JS = r"""(mode) => {
 }"""
 
 
-def axe_problems(violations: list[dict], mode: str) -> tuple[list[str], list[str]]:
-    """Serious and critical violations are problems; exempt rules are notes."""
-    problems, notes = [], []
+def axe_problems(violations: list[dict], mode: str) -> list[str]:
+    """The serious and critical violations."""
+    problems = []
     for v in violations:
         if v["impact"] not in AXE_FAIL_ON:
             continue
@@ -658,8 +687,8 @@ def axe_problems(violations: list[dict], mode: str) -> tuple[list[str], list[str
             f"axe ({mode} mode): {v['impact']} {v['id']} on {v['count']} element(s), "
             f"first {v['first']}: {v['summary']}"
         )
-        (notes if v["id"] in AXE_EXEMPT_UNTIL_ALT_TEXT else problems).append(line)
-    return problems, notes
+        problems.append(line)
+    return problems
 
 
 def heading_problems(headings: list[dict]) -> list[str]:
@@ -679,41 +708,37 @@ def heading_problems(headings: list[dict]) -> list[str]:
     return problems
 
 
-def figure_problems(figures: list[dict], base: str) -> tuple[list[str], list[str]]:
+def figure_problems(figures: list[dict], base: str) -> list[str]:
     """Figures that are not opaque; figures whose alt text is missing or only their file's
     name (what myst-nb writes when a notebook gives none: axe-core takes it for alt text)."""
-    problems, notes = [], []
+    problems = []
     for f in figures:
         src = f["src"][len(base) :] if f["src"].startswith(base) else f["src"][:80]
         alt = (f.get("alt") or "").strip()
         if not alt or re.fullmatch(r"\S*\.(png|jpe?g|svg|gif|webp)", alt):
             line = f"figure without alt text ({'alt is its file name' if alt else 'no alt'}): {src}"
-            (notes if "image-alt" in AXE_EXEMPT_UNTIL_ALT_TEXT else problems).append(line)
+            problems.append(line)
         if "error" in f:
             problems.append(f"figure could not be read back: {src} ({f['error']})")
         elif f["seeThrough"]:
             share = f["seeThrough"] / f["pixels"]
             problems.append(f"figure not opaque: {src} ({share:.0%} of its pixels see-through)")
-    return problems, notes
+    return problems
 
 
-def accessibility(page, base: str, path: str, folder: Path) -> tuple[list[str], list[str]]:
+def accessibility(page, base: str, path: str, folder: Path) -> list[str]:
     """axe-core in light and in dark mode, headings, figures' backgrounds, and the page at
     phone width (a screenshot saved in build/site-screenshots/, or beside the copy of the site
-    the self-check breaks). Returns problems and notes."""
+    the self-check breaks)."""
     page.add_script_tag(content=axe_source())
-    problems, notes = [], []
+    problems = []
     for mode, rules in (("light", None), ("dark", AXE_COLOUR_RULES)):
         page.evaluate(MODE_JS, mode)
-        found = axe_problems(page.evaluate(AXE_JS, rules), mode)
-        problems += found[0]
-        notes += found[1]
+        problems += axe_problems(page.evaluate(AXE_JS, rules), mode)
     page.evaluate(MODE_JS, "light")
     structure = page.evaluate(STRUCTURE_JS)
     problems += heading_problems(structure["headings"])
-    found = figure_problems(structure["figures"], base)
-    problems += found[0]
-    notes += found[1]
+    problems += figure_problems(structure["figures"], base)
     page.set_viewport_size(PHONE)
     phone = page.evaluate(PHONE_JS)
     if phone["scrollWidth"] > phone["width"]:
@@ -727,7 +752,7 @@ def accessibility(page, base: str, path: str, folder: Path) -> tuple[list[str], 
     shot.parent.mkdir(parents=True, exist_ok=True)
     # The first screen, or the whole page where it scrolls sideways (to see where).
     page.screenshot(path=str(shot), full_page=phone["scrollWidth"] > phone["width"])
-    return problems, notes
+    return problems
 
 
 # The self-check: faults planted in a copy of one notebook page; each must be reported.
@@ -780,7 +805,6 @@ EXPECTED_A11Y = [
     r"^scrolls sideways at phone width: .* div \(to \d+ px\)",
     r"^figure not opaque: notebooks/see-through\.png \(100% of its pixels see-through\)$",
     r"^figure not opaque: notebooks/see-through\.png\?no-alt \(100% of its pixels",
-    # Notes while AXE_EXEMPT_UNTIL_ALT_TEXT holds image-alt, problems once it does not.
     r"^axe \(light mode\): critical image-alt on 1 element",
     r"^figure without alt text \(no alt\): notebooks/see-through\.png\?no-alt$",
 ]
@@ -816,7 +840,7 @@ def self_check(browser: Browser) -> list[str]:
         (page.parent / "see-through.png").write_bytes(see_through_png())
         with Server(folder) as server:
             checked = browser.check(server, folder, BROKEN_PAGE)
-            found = checked.problems + checked.notes  # notes: exempt for now, still detected
+            found = checked.problems
     patterns = [re.compile(p) for p in EXPECTED + EXPECTED_READER + EXPECTED_A11Y]
     missed = [f"not reported: /{p.pattern}/" for p in patterns if not any(map(p.search, found))]
     extra = [f"reported unexpectedly: {f}" for f in found if not any(p.search(f) for p in patterns)]
@@ -856,8 +880,6 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     for problem in result.problems:
                         log(f"  {problem}")
-                    for note in result.notes:
-                        log(f"  note (exempt, not failed on): {note}")
                     if result.problems:
                         failed.append(path)
                     else:

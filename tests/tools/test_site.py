@@ -225,11 +225,11 @@ def test_each_heading_fault_is_reported(levels, problem):
     assert problem in st.heading_problems([{"level": n, "text": f"h{n}"} for n in levels])
 
 
-def test_serious_and_critical_axe_violations_fail_and_image_alt_is_a_note_for_now():
+def test_serious_and_critical_axe_violations_fail_image_alt_included():
     def violation(rule, impact):
         return {"id": rule, "impact": impact, "count": 2, "first": "p", "summary": "why"}
 
-    problems, notes = st.axe_problems(
+    problems = st.axe_problems(
         [
             violation("color-contrast", "serious"),
             violation("button-name", "critical"),
@@ -241,9 +241,8 @@ def test_serious_and_critical_axe_violations_fail_and_image_alt_is_a_note_for_no
     assert problems == [
         "axe (dark mode): serious color-contrast on 2 element(s), first p: why",
         "axe (dark mode): critical button-name on 2 element(s), first p: why",
+        "axe (dark mode): critical image-alt on 2 element(s), first p: why",
     ]
-    exempt = "image-alt" in st.AXE_EXEMPT_UNTIL_ALT_TEXT
-    assert len(notes) == (1 if exempt else 0)
 
 
 def test_a_see_through_figure_and_a_file_name_as_alt_text_are_reported():
@@ -253,13 +252,10 @@ def test_a_see_through_figure_and_a_file_name_as_alt_text_are_reported():
         {"src": base + "_images/b.png", "alt": "Loss curves", "seeThrough": 1, "pixels": 4},
         {"src": base + "_images/c.png", "alt": "../_images/c.png", "seeThrough": 0, "pixels": 4},
     ]
-    problems, notes = st.figure_problems(figures, base)
-    alt = ["figure without alt text (alt is its file name): _images/c.png"]
-    assert "figure not opaque: _images/b.png (25% of its pixels see-through)" in problems
-    assert (
-        problems + notes
-        == ["figure not opaque: _images/b.png (25% of its pixels see-through)"] + alt
-    )
+    assert st.figure_problems(figures, base) == [
+        "figure not opaque: _images/b.png (25% of its pixels see-through)",
+        "figure without alt text (alt is its file name): _images/c.png",
+    ]
 
 
 def test_the_planted_see_through_png_is_a_valid_half_transparent_image():
@@ -288,3 +284,36 @@ def test_without_npm_the_missing_tool_is_named_in_one_line(monkeypatch, tmp_path
             st.axe_source()
     finally:
         st.axe_source.cache_clear()
+
+
+def test_a_figure_s_alt_text_reaches_myst_nb_s_cell_metadata():
+    name = "04_looking_at_heads"
+    stored = (ROOT / "notebooks" / f"{name}.ipynb").read_text()
+    shown = json.loads(conf.reader_notebook(stored, name))
+    alts = [
+        out["metadata"]["image/png"]["alt"]
+        for cell in json.loads(stored)["cells"]
+        for out in cell.get("outputs", [])
+        if "image/png" in out.get("data", {})
+    ]
+    carried = [
+        c["metadata"]["mystnb"]["image"]["alt"]
+        for c in shown["cells"]
+        if "image" in c["metadata"].get("mystnb", {})
+    ]
+    assert carried == alts and len(alts) > 1
+
+
+def test_figures_without_alt_text_that_says_what_they_show_are_reported():
+    good = "Heatmap of head 3's weights: each token attends mostly to the previous one"
+    html = (
+        f'<img alt="{good}" src="../_images/a.png" />'
+        '<img alt="../_images/b.png" src="../_images/b.png" />'  # docutils: no alt given
+        '<img alt="a plot" src="../_images/c.png" />'
+        f'<img alt="{good}" src="../_images/d.png" />'
+        '<img alt="logo" src="../_static/logo.png" />'  # not a notebook's figure
+    )
+    problems = st.figure_alt_problems(html)
+    assert [p.split(":")[0] for p in problems] == ["figure b.png", "figure c.png", "figure d.png"]
+    assert "same as another figure" in problems[-1]
+    assert st.figure_alt_problems(f'<p><img src="../_images/a.png" alt="{good}"></p>') == []
