@@ -8,7 +8,6 @@ once: a NaN or inf there can only be an overflow, which :func:`mha_nonfinite` ex
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 
@@ -108,19 +107,6 @@ def float_dtype(dtype) -> np.dtype:
     if dtype.kind != "f":
         raise ValueError(f"dtype must be a floating-point dtype (float32, float64), got {dtype}")
     return dtype
-
-
-def promoted(x_q: np.ndarray, x_kv: np.ndarray, p):
-    """x_q, x_kv and p (an MHAParams) in the dtype NumPy gives them together, so that every
-    step of a forward is computed in its result's dtype (self-attention stays one array)."""
-    arrays = p.arrays()
-    dtype = np.result_type(x_q, x_kv, *arrays.values())
-    changed = {name: a.astype(dtype) for name, a in arrays.items() if a.dtype != dtype}
-    if changed:
-        p = dataclasses.replace(p, **changed)
-    same = x_kv is x_q
-    x_q = x_q.astype(dtype, copy=False)
-    return x_q, x_q if same else x_kv.astype(dtype, copy=False), p
 
 
 def all_finite(x: np.ndarray) -> bool:
@@ -273,7 +259,7 @@ def fits_scores(shape: tuple, name: str, scores_shape: tuple, axes: str) -> None
 
 def attention_inputs(q, k, v, attn_mask):
     """q, k, v, mask of scaled dot-product attention, checked (shapes agree, finite, the mask
-    boolean and fitting the scores) and in their common dtype."""
+    boolean and fitting the scores) and in their common dtype; and their leading axes."""
     q, k, v = real_array(q, "q"), real_array(k, "k"), real_array(v, "v")
     for name, a in (("q", q), ("k", k), ("v", v)):
         rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
@@ -285,7 +271,7 @@ def attention_inputs(q, k, v, attn_mask):
         attn_mask = mask(attn_mask, lead + (q.shape[-2], k.shape[-2]))
     dtype = np.result_type(q, k, v)  # NumPy's promotion, applied before any step (promoted)
     q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
-    return q, k, v, attn_mask
+    return q, k, v, attn_mask, lead
 
 
 # --------------------------------------------------------------------------- multi-head
@@ -314,38 +300,6 @@ def stage(part: str, x_name: str, bias: bool) -> str:
 
 SCORES = "the scores q k^T / sqrt(d_k)"
 OUTPUT = "the output (the weighted sums of the values, then @ W_o + b_o)"
-
-
-def param_fields(arrays: dict, n_heads, n_kv_heads) -> dict:
-    """The fields of an MHAParams, checked (shapes, all four biases or none, head counts
-    that divide) and converted to arrays."""
-    arrays = {name: None if a is None else real_array(a, name) for name, a in arrays.items()}
-    d = arrays["W_q"].shape[0] if arrays["W_q"].ndim else 0
-    square(arrays["W_q"].shape, "W_q", d)
-    square(arrays["W_o"].shape, "W_o", d)
-    d_k = heads(d, n_heads)
-    kv_heads(n_heads, n_kv_heads)
-    width = int(n_kv_heads) * d_k  # of the keys and of the values
-    for name in ("W_k", "W_v"):
-        if arrays[name].shape != (d, width):
-            kv = "(d_model, d_model)" if width == d else "(d_model, n_kv_heads * d_k)"
-            raise ValueError(f"{name} must be {kv} = ({d}, {width}), got {arrays[name].shape}")
-    given = [name for name in BIAS_NAMES if arrays[name] is not None]
-    if given and len(given) != len(BIAS_NAMES):
-        missing = [name for name in BIAS_NAMES if name not in given]
-        raise ValueError(
-            f"MHAParams takes all four biases or none, got {', '.join(given)} without "
-            f"{', '.join(missing)}: pass zeros for a bias the layer does not have "
-            "(a zero bias is the same as no bias)"
-        )
-    for name in given:
-        kv_bias = name in ("b_k", "b_v") and width != d
-        size, what = (width, "n_kv_heads * d_k") if kv_bias else (d, "d_model")
-        if arrays[name].shape != (size,):
-            raise ValueError(
-                f"{name} must have shape ({what},) = ({size},), got {arrays[name].shape}"
-            )
-    return arrays | {"n_heads": int(n_heads), "n_kv_heads": int(n_kv_heads)}
 
 
 def largest_row_norm(x: np.ndarray) -> float:

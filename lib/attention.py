@@ -9,7 +9,7 @@ mixed dtypes are promoted as NumPy promotes them; bad input raises a clear Value
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -83,7 +83,7 @@ def scaled_dot_product_attention(
     Returns (output (..., n_q, d_v), weights (..., n_q, n_k)). With no keys (n_k = 0) the
     weights are (..., n_q, 0) and the output is 0.
     """
-    q, k, v, mask = V.attention_inputs(q, k, v, mask)
+    q, k, v, mask, _ = V.attention_inputs(q, k, v, mask)
     result = _attention(q, k, v, mask)
     if result is None:  # (the output, weighted means of v's rows, cannot overflow)
         raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
@@ -99,10 +99,16 @@ def _attention(q, k, v, mask) -> tuple[np.ndarray, np.ndarray] | None:
     if not V.scores_fit(q, k, V.largest_row_norm(q), V.largest_row_norm(k)):
         return None
     scores = q @ np.swapaxes(k, -1, -2)  # (..., n_q, n_k)
+    weights = masked_softmax(scores, mask)  # (..., n_q, n_k)
+    return weights @ v, weights
+
+
+def masked_softmax(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """The attention weights of ``scores`` (overwritten, unchecked): the keys ``mask`` blocks
+    (False) set to -inf, then :func:`softmax_inplace` over the keys (last axis)."""
     if mask is not None:
         np.copyto(scores, -np.inf, where=~mask)
-    weights = softmax_inplace(scores)  # (..., n_q, n_k)
-    return weights @ v, weights
+    return softmax_inplace(scores)
 
 
 # --------------------------------------------------------------------------- heads
@@ -164,7 +170,7 @@ class MHAParams:
     def __post_init__(self) -> None:
         n_kv_heads = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
         arrays = {name: getattr(self, name) for name in V.PARAM_NAMES}
-        fields = V.param_fields(arrays, self.n_heads, n_kv_heads)
+        fields = param_fields(arrays, self.n_heads, n_kv_heads)
         for name, value in fields.items():
             object.__setattr__(self, name, value)
 
@@ -189,6 +195,38 @@ class MHAParams:
     def arrays(self) -> dict[str, np.ndarray]:
         """The weights and biases the layer has, by name."""
         return {n: getattr(self, n) for n in V.PARAM_NAMES if getattr(self, n) is not None}
+
+
+def param_fields(arrays: dict, n_heads, n_kv_heads) -> dict:
+    """The fields of an MHAParams, checked (shapes, all four biases or none, head counts
+    that divide) and converted to arrays."""
+    arrays = {name: None if a is None else V.real_array(a, name) for name, a in arrays.items()}
+    d = arrays["W_q"].shape[0] if arrays["W_q"].ndim else 0
+    V.square(arrays["W_q"].shape, "W_q", d)
+    V.square(arrays["W_o"].shape, "W_o", d)
+    d_k = V.heads(d, n_heads)
+    V.kv_heads(n_heads, n_kv_heads)
+    width = int(n_kv_heads) * d_k  # of the keys and of the values
+    for name in ("W_k", "W_v"):
+        if arrays[name].shape != (d, width):
+            kv = "(d_model, d_model)" if width == d else "(d_model, n_kv_heads * d_k)"
+            raise ValueError(f"{name} must be {kv} = ({d}, {width}), got {arrays[name].shape}")
+    given = [name for name in V.BIAS_NAMES if arrays[name] is not None]
+    if given and len(given) != len(V.BIAS_NAMES):
+        missing = [name for name in V.BIAS_NAMES if name not in given]
+        raise ValueError(
+            f"MHAParams takes all four biases or none, got {', '.join(given)} without "
+            f"{', '.join(missing)}: pass zeros for a bias the layer does not have "
+            "(a zero bias is the same as no bias)"
+        )
+    for name in given:
+        kv_bias = name in ("b_k", "b_v") and width != d
+        size, what = (width, "n_kv_heads * d_k") if kv_bias else (d, "d_model")
+        if arrays[name].shape != (size,):
+            raise ValueError(
+                f"{name} must have shape ({what},) = ({size},), got {arrays[name].shape}"
+            )
+    return arrays | {"n_heads": int(n_heads), "n_kv_heads": int(n_kv_heads)}
 
 
 def init_mha_params(
@@ -265,8 +303,21 @@ def prepare_mha(x_q, x_kv, params: MHAParams, mask, *, causal=False, batched_onl
         mask = with_causal(mask, n_q, n_k)
     if mask is not None:
         mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
-    x_q, x_kv, params = V.promoted(x_q, x_kv, params)
+    x_q, x_kv, params = promoted(x_q, x_kv, params)
     return x_q, x_kv, params, mask, unbatched
+
+
+def promoted(x_q: np.ndarray, x_kv: np.ndarray, p):
+    """x_q, x_kv and p (an MHAParams) in the dtype NumPy gives them together, so that every
+    step of a forward is computed in its result's dtype (self-attention stays one array)."""
+    arrays = p.arrays()
+    dtype = np.result_type(x_q, x_kv, *arrays.values())
+    changed = {name: a.astype(dtype) for name, a in arrays.items() if a.dtype != dtype}
+    if changed:
+        p = replace(p, **changed)
+    same = x_kv is x_q
+    x_q = x_q.astype(dtype, copy=False)
+    return x_q, x_q if same else x_kv.astype(dtype, copy=False), p
 
 
 def _mha_inputs(x_q, x_kv, d_model: int, unbatched: bool = True):
@@ -293,6 +344,18 @@ def _mha_inputs(x_q, x_kv, d_model: int, unbatched: bool = True):
     return x_q, x_kv, was_unbatched
 
 
+def heads_qkv(x_q: np.ndarray, x_kv: np.ndarray, p: MHAParams):
+    """The queries (batch, heads, n_q, d_k), keys and values (batch, heads, n_k, d_k) of
+    checked inputs (:func:`prepare_mha`), each key/value head repeated for its group."""
+    q = split_heads(project(x_q, p.W_q, p.b_q), p.n_heads)  # (batch, heads, n_q, d_k)
+    k = split_heads(project(x_kv, p.W_k, p.b_k), p.n_kv_heads)  # (batch, kv, n_k, d_k)
+    v = split_heads(project(x_kv, p.W_v, p.b_v), p.n_kv_heads)  # (batch, kv, n_k, d_k)
+    if p.group > 1:  # grouped-query: kv head j serves query heads j*group .. +group-1
+        k = np.repeat(k, p.group, axis=1)  # (batch, heads, n_k, d_k)
+        v = np.repeat(v, p.group, axis=1)  # (batch, heads, n_k, d_k)
+    return q, k, v
+
+
 def multi_head_attention(
     x_q: np.ndarray,
     x_kv: np.ndarray,
@@ -312,12 +375,7 @@ def multi_head_attention(
     """
     x_q, x_kv, p, mask, unbatched = prepare_mha(x_q, x_kv, params, mask, causal=causal)
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is explained below
-        q = split_heads(project(x_q, p.W_q, p.b_q), p.n_heads)  # (batch, heads, n_q, d_k)
-        k = split_heads(project(x_kv, p.W_k, p.b_k), p.n_kv_heads)  # (batch, kv, n_k, d_k)
-        v = split_heads(project(x_kv, p.W_v, p.b_v), p.n_kv_heads)  # (batch, kv, n_k, d_k)
-        if p.group > 1:  # grouped-query: kv head j serves query heads j*group .. +group-1
-            k = np.repeat(k, p.group, axis=1)  # (batch, heads, n_k, d_k)
-            v = np.repeat(v, p.group, axis=1)  # (batch, heads, n_k, d_k)
+        q, k, v = heads_qkv(x_q, x_kv, p)  # (batch, heads, n, d_k) each
         result = _attention(q, k, v, mask)  # None: a score overflowed
         if result is not None:
             heads, weights = result  # (batch, heads, n_q, d_k), (batch, heads, n_q, n_k)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _validate as V
-from .attention import MHAParams, merge_heads, prepare_mha, project, softmax_inplace, split_heads
+from . import attention as A
 from .positions import RoPE, query_positions
 
 PARAM_NAMES = V.PARAM_NAMES
@@ -84,7 +84,7 @@ def weight_gradient(x: np.ndarray, d_y: np.ndarray) -> np.ndarray:
 class MHACache:
     """What :func:`mha_backward` needs from the forward pass."""
 
-    params: MHAParams
+    params: A.MHAParams
     x_q: np.ndarray  # (batch, n_q, d)
     x_kv: np.ndarray  # (batch, n_k, d)
     q: np.ndarray  # (batch, heads, n_q, d_k), already scaled by 1/sqrt(d_k) (and turned)
@@ -125,7 +125,7 @@ def _head_mask(head_mask, batch: int, n_heads: int, dtype) -> np.ndarray:
 def mha_forward(
     x_q: np.ndarray,
     x_kv: np.ndarray,
-    params: MHAParams,
+    params: A.MHAParams,
     mask: np.ndarray | None = None,
     head_mask: np.ndarray | None = None,
     *,
@@ -142,8 +142,8 @@ def mha_forward(
     the scaled scores before the mask (ALiBi). Returns (output (batch, n_q, d), weights
     (batch, heads, n_q, n_k), cache); checks and errors are multi_head_attention's.
     """
-    x_q, x_kv, p, mask, _ = prepare_mha(x_q, x_kv, params, mask, causal=causal, batched_only=True)
-    h, g, dtype = p.n_heads, p.group, x_q.dtype
+    x_q, x_kv, p, mask, _ = A.prepare_mha(x_q, x_kv, params, mask, causal=causal, batched_only=True)
+    h, dtype = p.n_heads, x_q.dtype
     head_mask = _head_mask(head_mask, x_q.shape[0], h, dtype)
     n_q, n_k = x_q.shape[1], x_kv.shape[1]
     angles = None
@@ -160,12 +160,8 @@ def mha_forward(
         score_bias = _score_bias(score_bias, (x_q.shape[0], h, n_q, n_k))
 
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
-        scale = 1.0 / math.sqrt(p.d_k)
-        q = split_heads(project(x_q, p.W_q, p.b_q) * scale, h)  # (batch, heads, n_q, d_k)
-        k = split_heads(project(x_kv, p.W_k, p.b_k), p.n_kv_heads)  # (batch, kv, n_k, d_k)
-        v = split_heads(project(x_kv, p.W_v, p.b_v), p.n_kv_heads)  # (batch, kv, n_k, d_k)
-        if g > 1:  # grouped-query: kv head j serves query heads j*group .. +group-1
-            k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)  # (batch, heads, n_k, d_k)
+        q, k, v = A.heads_qkv(x_q, x_kv, p)  # (batch, heads, n, d_k) each
+        q = q * (1.0 / math.sqrt(p.d_k))  # scaled before RoPE turns it, as backward expects
         if rope is not None:  # turn each pair of q's and k's coordinates by its angle
             q, k = rope.rotate(q, *angles[:2]), rope.rotate(k, *angles[2:])
         scores = q @ k.transpose(0, 1, 3, 2)  # (batch, heads, n_q, n_k)
@@ -173,13 +169,11 @@ def mha_forward(
             scores += score_bias
         fine = V.all_finite(scores)  # before masking: an overflow anywhere is an error
         if fine:
-            if mask is not None:
-                np.copyto(scores, -np.inf, where=~mask)
-            weights = softmax_inplace(scores)  # (batch, heads, n_q, n_k), reusing the buffer
+            weights = A.masked_softmax(scores, mask)  # (batch, heads, n_q, n_k), in place
             heads = weights @ v  # (batch, heads, n_q, d_k)
             # (heads,) or (batch, heads) -> (..., heads, 1, 1): one factor per head
-            concat = merge_heads(heads * head_mask[..., None, None])  # (batch, n_q, d)
-            out = project(concat, p.W_o, p.b_o)  # (batch, n_q, d)
+            concat = A.merge_heads(heads * head_mask[..., None, None])  # (batch, n_q, d)
+            out = A.project(concat, p.W_o, p.b_o)  # (batch, n_q, d)
     if not (fine and V.all_finite(out)):
         V.mha_nonfinite(p, x_q, x_kv, scores_of=_positioned_scores(rope, angles, score_bias))
     cache = MHACache(
@@ -233,7 +227,7 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     d_concat = d_out @ p.W_o.T  # (batch, n_q, d)
 
     # concat = merge(heads * head_mask)
-    d_masked = split_heads(d_concat, h)  # (batch, heads, n_q, d_k)
+    d_masked = A.split_heads(d_concat, h)  # (batch, heads, n_q, d_k)
     d_head_mask = np.einsum("bhnk,bhnk->bh", d_masked, cache.heads)  # (batch, heads)
     grads["head_mask"] = d_head_mask.sum(axis=0) if cache.head_mask.ndim == 1 else d_head_mask
     d_heads = d_masked * cache.head_mask[..., None, None]
@@ -257,9 +251,9 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     if p.group > 1:  # k and v were repeated for each query head of a group: add up
         d_k = d_k.reshape(d_k.shape[0], p.n_kv_heads, p.group, *d_k.shape[2:]).sum(axis=2)
         d_v = d_v.reshape(d_v.shape[0], p.n_kv_heads, p.group, *d_v.shape[2:]).sum(axis=2)
-    d_qp = merge_heads(d_q) * scale  # (batch, n_q, d)
-    d_kp = merge_heads(d_k)  # (batch, n_k, kv * d_k)
-    d_vp = merge_heads(d_v)  # (batch, n_k, kv * d_k)
+    d_qp = A.merge_heads(d_q) * scale  # (batch, n_q, d)
+    d_kp = A.merge_heads(d_k)  # (batch, n_k, kv * d_k)
+    d_vp = A.merge_heads(d_v)  # (batch, n_k, kv * d_k)
     for name, x, d in (("q", cache.x_q, d_qp), ("k", cache.x_kv, d_kp), ("v", cache.x_kv, d_vp)):
         grads["W_" + name] = weight_gradient(x, d)
         if getattr(p, "b_" + name) is not None:

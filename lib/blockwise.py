@@ -131,11 +131,8 @@ def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, b
     Returns the output (..., n_q, d_v); a query with nothing to attend to gets 0. Written
     for reading, not speed (a Python loop over tiles): :func:`attention` is the fast kernel.
     """
-    q, k, v, mask = V.attention_inputs(q, k, v, mask)
-    block_q = V.count(block_q, "block_q")
-    block_k = V.count(block_k, "block_k")
-    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    dtype = np.result_type(q, k, v)
+    q, k, v, mask, lead = V.attention_inputs(q, k, v, mask)  # one dtype
+    block_q, block_k = V.count(block_q, "block_q"), V.count(block_k, "block_k")
     if mask is not None:  # a view with every axis, for slicing tiles out of it
         mask = np.broadcast_to(mask, lead + (q.shape[-2], k.shape[-2]))
     q = q * (1.0 / math.sqrt(q.shape[-1]))  # a Python float keeps float32 in float32
@@ -143,7 +140,7 @@ def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, b
         raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
     with np.errstate(over="ignore", invalid="ignore"):  # huge values: see weighted_means
         return weighted_means(
-            lambda values: _tiles(q, k, values, mask, causal, block_q, block_k, lead, dtype), v
+            lambda values: _tiles(q, k, values, mask, causal, block_q, block_k, lead, v.dtype), v
         )
 
 
@@ -318,16 +315,8 @@ def _attend_in_blocks(q, k, v, heads_out, weights, plan, *, small, skip) -> None
 def block_of(a: np.ndarray, seqs: slice, heads: slice, rows: slice) -> np.ndarray:
     """The (seqs, heads, rows, ...) block of an array of 3 or 4 axes (batch, heads, rows, ...)
     that broadcasts over its size-1 axes."""
-    return a[
-        seqs if a.shape[0] > 1 else slice(None),
-        heads if a.shape[1] > 1 else slice(None),
-        rows if a.shape[2] > 1 else slice(None),
-    ]
-
-
-def scores_are_small(q, k, q_norm: float, k_norm: float) -> bool:
-    """Whether |q_i . k_j| <= |q_i| |k_j| <= SAFE_SCORE for every pair (Cauchy-Schwarz)."""
-    return q_norm * k_norm <= SAFE_SCORE.get(np.dtype(np.result_type(q, k)), 0)
+    parts = (seqs, heads, rows)
+    return a[tuple(part if a.shape[i] > 1 else slice(None) for i, part in enumerate(parts))]
 
 
 def unread_values_finite(v: np.ndarray, plan: MaskPlan | None) -> bool:
@@ -351,11 +340,9 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
     them), to measure what skipping saves. Memory beyond the output: one block of query
     rows (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend to gets 0.
     """
-    q, k, v, mask = V.attention_inputs(q, k, v, mask)
-    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    q, k, v, mask, lead = V.attention_inputs(q, k, v, mask)  # one dtype
     n_q, n_k = q.shape[-2], k.shape[-2]
-    dtype = np.result_type(q, k, v)
-    out = np.empty(lead + (n_q, v.shape[-1]), dtype)
+    out = np.empty(lead + (n_q, v.shape[-1]), v.dtype)
     if out.size == 0 or n_k == 0:
         out[...] = 0.0
         return out
@@ -369,7 +356,7 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
         if any(n != 1 for n in mask.shape[:-2]):
             mask = np.broadcast_to(mask, lead + mask.shape[-2:])
         mask = mask.reshape((-1, 1) + mask.shape[-2:])
-    plan = make_plan(mask, causal, n_q, n_k, dtype)
+    plan = make_plan(mask, causal, n_q, n_k, v.dtype)
     out4 = out.reshape((-1, 1, n_q, v.shape[-1]))
     with np.errstate(over="ignore", invalid="ignore"):  # huge values: see weighted_means
         if not attend(*(four_axes(a) for a in (q, k, v)), out4, None, plan, skip_masked_blocks):
@@ -380,38 +367,45 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
 # --------------------------------------------------------------------------- multi-head
 
 
-def project_heads(x_q, x_kv, p: A.MHAParams, fuse: bool):
-    """q (batch, n_q, heads, d_k), scaled by 1/sqrt(d_k) through W_q and b_q (d^2
-    multiplications, not n_q * n_k); k, v (batch, kv heads, n_k, d_k); views of the
-    projections, one matmul by [W_q | W_k | W_v] for self-attention (``fuse``)."""
-    batch, n_q, d = x_q.shape
-    n_k = x_kv.shape[1]
+def fused_qkv(p: A.MHAParams, dtype) -> tuple[np.ndarray, np.ndarray | None]:
+    """[W_q / sqrt(d_k) | W_k | W_v] and its bias (None without biases) in ``dtype``: one
+    matmul gives the keys, the values and the queries scaled (d^2 products, not n_q * n_k)."""
     scale = 1.0 / math.sqrt(p.d_k)  # a Python float keeps float32 in float32
-    b_q = None if p.b_q is None else p.b_q * scale
-    b_kv = None if p.b_k is None else np.concatenate([p.b_k, p.b_v])
-    W_kv = np.concatenate([p.W_k, p.W_v], axis=1)
-    if fuse:
-        W = np.concatenate([p.W_q * scale, W_kv], axis=1)
-        b = None if b_q is None else np.concatenate([b_q, b_kv])
-        qkv = A.project(x_q.reshape(batch * n_q, d), W, b)
-        q, kv = qkv[:, :d], qkv[:, d:]
-    else:
-        q = A.project(x_q.reshape(batch * n_q, d), p.W_q * scale, b_q)
-        kv = A.project(x_kv.reshape(batch * n_k, d), W_kv, b_kv)
-    kv = kv.reshape(batch, n_k, 2, p.n_kv_heads, p.d_k)
-    k, v = kv[:, :, 0].transpose(0, 2, 1, 3), kv[:, :, 1].transpose(0, 2, 1, 3)
-    return q.reshape(batch, n_q, p.n_heads, p.d_k), k, v
+
+    def joined(*parts):  # (q, k, v) in ``dtype``, the queries scaled
+        q, k, v = (a.astype(dtype, copy=False) for a in parts)
+        return np.concatenate([q * scale, k, v], axis=-1)
+
+    return joined(p.W_q, p.W_k, p.W_v), None if p.b_q is None else joined(p.b_q, p.b_k, p.b_v)
 
 
-def attend(q, k, v, heads_out, weights, plan: MaskPlan | None, skip=True) -> bool:
+def grouped_heads(q: np.ndarray, kv: np.ndarray, batch: int, n_kv_heads: int, group: int):
+    """Projected queries (batch * n_q, heads * d_k) and [keys | values] (batch * n_k, ...) ->
+    each key/value head's group of queries stacked, so that a key block is read once for them
+    (batch, n_kv_heads, group * n_q, d_k), row i * n_q + t being query t of head j * group + i;
+    k, v (batch, n_kv_heads, n_k, d_k), views."""
+    d_k = q.shape[-1] // (n_kv_heads * group)
+    rows = q.reshape(batch, -1, n_kv_heads, group, d_k).transpose(0, 2, 3, 1, 4)
+    kv = kv.reshape(batch, -1, 2, n_kv_heads, d_k).transpose(2, 0, 3, 1, 4)  # (2, b, kv, n, d_k)
+    return rows.reshape(batch, n_kv_heads, -1, d_k), kv[0], kv[1]
+
+
+def concat_groups(heads: np.ndarray, group: int) -> np.ndarray:
+    """The heads' outputs, stacked as :func:`grouped_heads` stacks their queries (batch,
+    n_kv_heads, group * n_q, d_k) -> their concat (batch * n_q, heads * d_k)."""
+    batch, kv, rows, d_k = heads.shape
+    concat = heads.reshape(batch, kv, group, rows // group, d_k).transpose(0, 3, 1, 2, 4)
+    return concat.reshape(-1, kv * group * d_k)
+
+
+def attend(q, k, v, heads_out, weights, plan: MaskPlan | None, skip=True, norms=None) -> bool:
     """The kernel with its checks: False, computing nothing, when a score would not be a
-    finite number (an overflow) or a value no query reads overflowed."""
-    q_norm, k_norm = V.largest_row_norm(q), V.largest_row_norm(k)
-    if not V.scores_fit(q, k, q_norm, k_norm):
+    finite number (an overflow) or a value no query reads overflowed. ``norms``: the
+    largest |q_i| and |k_j|, when the caller knows them (a decoder keeps the keys')."""
+    q_norm, k_norm = norms or (V.largest_row_norm(q), V.largest_row_norm(k))
+    if not (V.scores_fit(q, k, q_norm, k_norm) and unread_values_finite(v, plan)):
         return False
-    if not unread_values_finite(v, plan):
-        return False
-    small = scores_are_small(q, k, q_norm, k_norm)
+    small = q_norm * k_norm <= SAFE_SCORE.get(q.dtype, 0)  # |q_i . k_j| <= |q_i| |k_j|
     attend_in_blocks(q, k, v, heads_out, weights, plan, small=small, skip=skip)
     return True
 
@@ -433,15 +427,19 @@ def multi_head_attention(
     else:
         weights = new_weights((batch, p.n_heads, n_q, n_k), dtype) if need_weights else None
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is explained below
-            q, k, v = project_heads(x_q, x_kv, p, fuse=self_attention)
-            rows = q.reshape(batch, n_q, kv, g, d_k).transpose(0, 2, 3, 1, 4)
-            rows = rows.reshape(batch, kv, g * n_q, d_k)  # the group's queries, stacked
+            W, b = fused_qkv(p, dtype)
+            if self_attention:  # one matmul for the queries, keys and values
+                qkv = A.project(x_q.reshape(batch * n_q, d), W, b)
+                q, k_v = qkv[:, :d], qkv[:, d:]
+            else:
+                q = A.project(x_q.reshape(batch * n_q, d), W[:, :d], None if b is None else b[:d])
+                k_v = A.project(x_kv.reshape(-1, d), W[:, d:], None if b is None else b[d:])
+            rows, k, v = grouped_heads(q, k_v, batch, kv, g)  # rows: (batch, kv, g * n_q, d_k)
             heads = np.empty((batch, kv, g * n_q, d_k), dtype)
             w_rows = None if weights is None else weights.reshape(batch, kv, g * n_q, n_k)
             plan = make_plan(mask, causal, n_q, n_k, dtype, kv, g)
             fine = attend(rows, k, v, heads, w_rows, plan)
-            concat = heads.reshape(batch, kv, g, n_q, d_k).transpose(0, 3, 1, 2, 4)
-            out = A.project(concat.reshape(batch * n_q, d), p.W_o, p.b_o)
+            out = A.project(concat_groups(heads, g), p.W_o, p.b_o)  # (batch * n_q, d)
         if not (fine and V.all_finite(out)):
             V.mha_nonfinite(p, x_q, x_kv)
         out = out.reshape(batch, n_q, d)

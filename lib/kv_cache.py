@@ -27,7 +27,6 @@ A grouped layer is an :class:`lib.attention.MHAParams` with ``n_kv_heads`` < ``n
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -162,18 +161,9 @@ class Decoder:
         self._k_norm = V.largest_row_norm(self._k[:, :, :end])
 
     def _qkv(self, dtype):
-        """[W_q / sqrt(d_k) | W_k | W_v] and [b_q / sqrt(d_k) | b_k | b_v] in ``dtype`` (kept):
-        one matmul gives the new tokens' scaled queries, keys and values."""
+        """:func:`lib.blockwise.fused_qkv` of the weights in ``dtype``, kept for the next step."""
         if dtype not in self._qkv_weights:
-            p = self.params
-            scale = 1.0 / math.sqrt(p.d_k)  # applied in ``dtype``: a Python float keeps it
-
-            def joined(q, k, v):
-                both = np.concatenate([q.astype(dtype) * scale, k, v], axis=-1)
-                return both.astype(dtype, copy=False)
-
-            b = None if p.b_q is None else joined(p.b_q, p.b_k, p.b_v)
-            self._qkv_weights[dtype] = joined(p.W_q, p.W_k, p.W_v), b
+            self._qkv_weights[dtype] = BW.fused_qkv(self.params, dtype)
         return self._qkv_weights[dtype]
 
     def _new_tokens(self, x) -> tuple[np.ndarray, bool]:
@@ -212,16 +202,11 @@ class Decoder:
         x = x.astype(dtype, copy=False)
         start, end = self.length, self.length + t
         kv, g, d_k = p.n_kv_heads, p.group, p.d_k
-        width = kv * d_k
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is explained below
             qkv = A.project(x.reshape(batch * t, d), *self._qkv(dtype))  # q scaled
-            rows = qkv[:, :d].reshape(batch, t, kv, g, d_k).transpose(0, 2, 3, 1, 4)
-            rows = rows.reshape(batch, kv, g * t, d_k)  # the group's new queries, stacked
-            k_new = qkv[:, d : d + width].reshape(batch, t, kv, d_k).transpose(0, 2, 1, 3)
+            rows, k_new, v_new = BW.grouped_heads(qkv[:, :d], qkv[:, d:], batch, kv, g)
             cache_k[:, :, start:end] = k_new  # beyond `length` until the step succeeds
-            cache_v[:, :, start:end] = (
-                qkv[:, d + width :].reshape(batch, t, kv, d_k).transpose(0, 2, 1, 3)
-            )
+            cache_v[:, :, start:end] = v_new
             keys, values = cache_k[:, :, :end], cache_v[:, :, :end]
             q_norm = V.largest_row_norm(rows)
             k_norm = max(self._k_norm, V.largest_row_norm(k_new))
@@ -233,10 +218,8 @@ class Decoder:
             elif fine:  # a prompt: causal among the new tokens, queries stacked per group
                 plan = BW.make_plan(None, True, t, end, dtype, kv, g)
                 out_rows = np.empty((batch, kv, g * t, d_k), dtype)
-                small = BW.scores_are_small(rows, keys, q_norm, k_norm)
-                BW.attend_in_blocks(rows, keys, values, out_rows, None, plan, small=small)
-                heads = out_rows.reshape(batch, kv, g, t, d_k).transpose(0, 3, 1, 2, 4)
-                heads = heads.reshape(batch * t, d)
+                fine = BW.attend(rows, keys, values, out_rows, None, plan, norms=(q_norm, k_norm))
+                heads = BW.concat_groups(out_rows, g)  # (batch * t, d)
             if fine:
                 out = A.project(heads, p.W_o, p.b_o)
         if not (fine and V.all_finite(out)):

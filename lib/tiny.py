@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _validate as V
 from . import positions as POS
-from .attention import MHAParams, causal_mask, glorot
+from .attention import MHAParams, glorot
 from .backprop import mha_backward, mha_forward, weight_gradient
 
 IGNORE = -1  # target value of a position that is not scored
@@ -165,7 +165,7 @@ class TinyModel:
         elif scheme == "alibi":
             alibi = POS.alibi_bias(n, n, POS.alibi_slopes(self.n_heads).astype(dtype))
         a, weights, mha_cache = mha_forward(
-            x, x, self.mha_params(), causal_mask(n), head_mask, rope=rope, score_bias=alibi
+            x, x, self.mha_params(), None, head_mask, causal=True, rope=rope, score_bias=alibi
         )
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
             logits = a @ p["W_out"] + p["b_out"]  # (batch, n, slots * classes)

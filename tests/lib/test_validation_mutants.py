@@ -43,7 +43,7 @@ PREDICATES = {"all_finite", "scores_fit"}
 LOCAL_CHECKS = {
     "check_params", "_head_mask", "_new_tokens", "_score_bias", "_no_nan_or_posinf", "_integer",
     "_base", "_token_positions", "_list_mask", "_list_matrix", "_list_shape", "_list_row",
-    "_list_overflow", "_mha_inputs",
+    "_list_overflow", "_mha_inputs", "param_fields", "promoted",
 }  # fmt: skip
 
 
