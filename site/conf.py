@@ -58,6 +58,9 @@ html_context = {"default_mode": "auto"}
 templates_path = ["_templates"]
 html_static_path = ["_static"]
 html_css_files = ["a11y.css"]
+# Search leaves the solutions out: their cells are skipped by the index (class no-search, set
+# by hide_solutions_from_search below) and by each result's snippet (this script).
+html_js_files = ["search-no-solutions.js"]
 html_show_sourcelink = False
 html_copy_source = True  # _sources/: each notebook as stored, linked from its page
 html_last_updated_fmt = None
@@ -85,6 +88,13 @@ SETUP_NOTE = (
 # checked. A reader who scrolls sees the exercise, the toggle and the check, not the answer.
 SOLUTION_BEGIN = "### BEGIN SOLUTION"
 SHOW_SOLUTION = {"code_prompt_show": "Show solution", "code_prompt_hide": "Hide solution"}
+# The solution cells are also kept out of the site's search: tagged SOLUTION_TAG (myst-nb
+# gives the cell's container the class tag_solution), they get Sphinx's class no-search, which
+# its index skips, and _static/search-no-solutions.js removes every .no-search element from
+# the text a result's snippet is cut from. A word only a solution uses finds nothing.
+SOLUTION_TAG = "solution"
+SOLUTION_CLASS = f"tag_{SOLUTION_TAG}"
+NO_SEARCH = "no-search"
 # Student versions (tools/make_student.py: solutions replaced by stubs, outputs cleared) are
 # written into the site here, one beside each page's download link of the stored notebook.
 STUDENT_FOLDER = "student"
@@ -154,7 +164,7 @@ def reader_notebook(text: str, name: str) -> str:
             if sum(map(output_lines, cell.get("outputs", []))) > LONG_OUTPUT_LINES:
                 tags.append("output_scroll")  # all of a cell's outputs share one box
         if is_solution(cell, source):
-            tags.append("hide-cell")
+            tags += ["hide-cell", SOLUTION_TAG]
             cell["metadata"].setdefault("mystnb", {}).update(
                 SHOW_SOLUTION
             )  # a figure keeps its alt
@@ -195,6 +205,19 @@ def on_source_read(app, docname: str, source: list[str]) -> None:
         source[0] = reader_notebook(source[0], Path(docname).name)
     elif docname == root_doc:
         source[0] = course_order(source[0])
+
+
+def hide_solutions_from_search(app, doctree) -> int:
+    """The class no-search on every solution cell of a page just read (before Sphinx indexes
+    it: the index is made when the page is written). Returns how many cells were marked."""
+    from docutils import nodes
+
+    marked = 0
+    for node in doctree.findall(nodes.Element):
+        if SOLUTION_CLASS in node["classes"] and NO_SEARCH not in node["classes"]:
+            node["classes"].append(NO_SEARCH)
+            marked += 1
+    return marked
 
 
 def on_build_finished(app, exception) -> None:
@@ -243,4 +266,5 @@ def setup(app):
 
     app.add_node(HideCodeCellNode, override=True, html=(visit_hidden_cell, depart_HideCellInput))
     app.connect("source-read", on_source_read)
+    app.connect("doctree-read", hide_solutions_from_search)
     app.connect("build-finished", on_build_finished)

@@ -27,12 +27,17 @@
    - at phone width (390 px), a page that scrolls sideways (code blocks and tables scroll in
      their own box); its screenshot is saved in build/site-screenshots/.
 3. Types words into the search page and requires a result from the right notebook (Sphinx's
-   own search, an index in the site: it works offline).
+   own search, an index in the site: it works offline); and requires that search shows no
+   solution: a word only a solution uses (read from the stored notebooks, one per notebook
+   that has one) does not find its page, and no result's snippet shows a solution's line
+   (site/conf.py keeps the solution cells out of the index, site/_static/search-no-solutions.js
+   out of the snippets).
 4. Self-check (unless ``--no-self-checks``): a copy of the site with one page broken on
    purpose (a missing image, a dead anchor, a link to a missing page, an untypeset formula,
    an unknown command, an outside image, a console error, and for the accessibility checks
    faint text and code, skipped and doubled headings, a box wider than a phone, a
-   see-through figure, a figure with no alt); every fault must be reported, or the run fails.
+   see-through figure, a figure with no alt), and for search the snippet script emptied and
+   the solution-only words indexed; every fault must be reported, or the run fails.
 
 Prints one line per page and every problem, then ``test-site: N passed, M failed``; exits 1
 if anything failed, 2 if Chromium, Playwright or npm (for axe-core) is missing.
@@ -494,34 +499,207 @@ def pages_of(folder: Path) -> list[str]:
     )
 
 
+def run_search(browser: Browser, server: Server, word: str) -> list[tuple[str, str]]:
+    """Type ``word`` into the search page: each result's page and its snippet (the text
+    Sphinx cut from the page around the word, fetched after the results are listed)."""
+    page = browser.context.new_page()
+    try:
+        page.goto(server.base + "search.html")
+        box = page.locator(".bd-search-container input[name=q]")
+        box.first.fill(word)
+        box.first.press("Enter")
+        page.wait_for_function(
+            "() => (document.querySelector('#search-results .search-summary, "
+            "#search-results p')?.textContent || '').trim() !== ''"
+        )
+        page.wait_for_load_state("networkidle")  # each snippet is cut from a fetched page
+        hits = page.eval_on_selector_all(
+            "#search-results ul.search li",
+            "els => els.map(li => [li.querySelector('a')?.href || '',"
+            " li.querySelector('p.context')?.textContent || ''])",
+        )
+    finally:
+        page.close()
+    return [(href[len(server.base) :].split("#")[0], snippet) for href, snippet in hits]
+
+
 def check_search(browser: Browser, server: Server) -> list[str]:
-    """Type each word into the search page; its notebook must be among the results."""
-    problems = []
+    """Type each word into the search page; its notebook must be among the results; then
+    the searches that must not show a solution (``search_solution_problems``)."""
+    problems, found = [], {}
     for word, expected in SEARCHES.items():
-        page = browser.context.new_page()
         try:
-            page.goto(server.base + "search.html")
-            box = page.locator(".bd-search-container input[name=q]")
-            box.first.fill(word)
-            box.first.press("Enter")
-            page.wait_for_function(
-                "() => (document.querySelector('#search-results .search-summary, "
-                "#search-results p')?.textContent || '').trim() !== ''"
-            )
-            hits = page.eval_on_selector_all(
-                "#search-results ul.search li a", "els => els.map(a => a.href)"
-            )
+            found[word] = run_search(browser, server, word)
         except Exception as exc:  # noqa: BLE001
             problems.append(f"search for {word!r} did not run: {str(exc).splitlines()[0]}")
             continue
-        finally:
-            page.close()
-        shown = sorted({h[len(server.base) :].split("#")[0] for h in hits})
+        shown = sorted({page for page, _ in found[word]})
         if expected not in shown:
             problems.append(f"search for {word!r} did not find {expected} (found: {shown})")
         else:
             log(f"search {word!r}: {len(shown)} pages, {expected} among them")
+    return problems + search_solution_problems(browser, server, found)
+
+
+# --- Search shows no solution (site/conf.py's class no-search on the solution cells, which
+# Sphinx's index skips; site/_static/search-no-solutions.js, which takes them out of each
+# result's snippet). Read from the stored notebooks: a word only a solution uses on its page
+# must not find that page; no snippet may show a solution's line, neither for SEARCHES nor for
+# a word whose first use on its page is in a solution (the snippet is cut around the first).
+SOLUTION_END = "### END SOLUTION"
+SOLUTION_WORD_MIN = 5  # shorter words are too common to be a solution's alone
+SNIPPET_LINE_MIN = 15  # a solution's line this long that a snippet shows is a leak
+
+
+def _stem(word: str) -> str:
+    import snowballstemmer  # Sphinx's English stemmer (its index and its search page)
+
+    return snowballstemmer.stemmer("english").stemWord(word.lower())
+
+
+@functools.cache
+def notebook_cells(notebook: str) -> tuple[tuple[bool, str], ...]:
+    """The stored notebook's cells in page order: (a solution cell?, its source and text
+    outputs). A solution cell is wholly collapsed on the site, so wholly kept from search."""
+    cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
+    found = []
+    for cell in cells:
+        text = ["".join(cell["source"])]
+        for out in cell.get("outputs", []):
+            shown = out.get("text") or out.get("data", {}).get("text/plain", "")
+            text.append("".join(shown) if isinstance(shown, list) else shown)
+        lines = text[0].splitlines()
+        solution = any(line.strip() == SOLUTION_MARK for line in lines)
+        if solution:  # the markers' words are not the solution's
+            markers = (SOLUTION_MARK, SOLUTION_END)
+            text[0] = "\n".join(line for line in lines if line.strip() not in markers)
+        found.append((solution, "\n".join(text)))
+    return tuple(found)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text) if len(w) >= SOLUTION_WORD_MIN and not w.isdigit()}
+
+
+def solution_only_word(notebook: str) -> str | None:
+    """A word of the notebook's solutions that nothing else on its page contains, nor any
+    word whose stem holds its stem (Sphinx's search matches part of an indexed word)."""
+    cells = notebook_cells(notebook)
+    other = "\n".join(text for solution, text in cells if not solution).lower()
+    stems = {_stem(w) for w in re.findall(r"\w+", other)}
+    words = _words("\n".join(text for solution, text in cells if solution))
+    for word in sorted(words, key=lambda w: (-len(w), w)):
+        stem = _stem(word)
+        if word.lower() not in other and not any(stem in s for s in stems):
+            return word
+    return None
+
+
+def solution_first_word(notebook: str) -> str | None:
+    """A word first met on the page (its stem, as the snippet looks for it) in a solution and
+    met again after it outside the solutions: without search-no-solutions.js, its snippet is
+    cut from the solution."""
+    cells = notebook_cells(notebook)
+    for at, (solution, text) in enumerate(cells):
+        if not solution:
+            continue
+        before = "\n".join(t for _, t in cells[:at]).lower()
+        after = _words("\n".join(t for s, t in cells[at + 1 :] if not s))
+        for word in sorted(_words(text) & after, key=lambda w: (-len(w), w)):
+            if _stem(word) not in before:
+                return word
+    return None
+
+
+@functools.cache
+def solution_lines() -> frozenset[str]:
+    """Every solution's lines (whitespace squeezed) long enough to tell, and not on their
+    page outside its solutions."""
+    lines = set()
+    for page in NOTEBOOK_PAGES:
+        cells = notebook_cells(Path(page).stem)
+        other = " ".join(" ".join(t.split()) for s, t in cells if not s)
+        for line in (ln for s, t in cells if s for ln in t.splitlines()):
+            line = " ".join(line.split())
+            if len(line) >= SNIPPET_LINE_MIN and line not in other:
+                lines.add(line)
+    return frozenset(lines)
+
+
+def snippet_problems(word: str, hits: list[tuple[str, str]]) -> list[str]:
+    """Snippets that show a solution's line."""
+    problems = []
+    for page, snippet in hits:
+        text = " ".join(snippet.split())
+        shown = sorted(line for line in solution_lines() if line in text)
+        if shown:
+            problems.append(
+                f"search for {word!r}: the snippet from {page} shows a solution's line: "
+                f"{shown[0]!r}"
+            )
     return problems
+
+
+def search_solution_problems(
+    browser: Browser, server: Server, found: dict[str, list[tuple[str, str]]]
+) -> list[str]:
+    """``found``: SEARCHES' results. For each notebook, a word only its solutions use must
+    not find its page; a word first met in a solution is searched (for its snippet); no
+    snippet may show a solution's line. Fails if no such word can be found at all."""
+    problems, leaked = [], 0
+    only = {p: solution_only_word(Path(p).stem) for p in NOTEBOOK_PAGES}
+    only = {p: w for p, w in only.items() if w}
+    first = [w for w in map(solution_first_word, (Path(p).stem for p in NOTEBOOK_PAGES)) if w]
+    if not only:
+        problems.append("no word is used by a solution alone: the index check cannot run")
+    if not first:
+        problems.append("no word is first met in a solution: the snippet check cannot run")
+    searches = dict(found)
+    for page, word in only.items():
+        try:
+            searches[word] = hits = run_search(browser, server, word)
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"search for {word!r} did not run: {str(exc).splitlines()[0]}")
+            continue
+        if page in {p for p, _ in hits}:
+            leaked += 1
+            problems.append(f"search for {word!r}, used only in a solution, found {page}")
+    for word in first[:1]:
+        try:
+            searches[word] = run_search(browser, server, word)
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"search for {word!r} did not run: {str(exc).splitlines()[0]}")
+    for word, hits in searches.items():
+        problems += snippet_problems(word, hits)
+    log(
+        f"search and solutions: {len(only)} words only a solution uses, {leaked} found their "
+        f"page; {sum(map(len, searches.values()))} snippets of {len(searches)} searches checked"
+    )
+    return problems
+
+
+# Faults of the block above, planted in the self-check's copy of the site: the snippet script
+# emptied (the snippets are cut from whole pages again) and each solution-only word put back
+# into the index for its page (as if the solution cells were indexed).
+EXPECTED_SEARCH = [
+    r"^search for '\w+', used only in a solution, found notebooks/",
+    r"^search for '\w+': the snippet from notebooks/\S+ shows a solution's line: ",
+]
+
+
+def plant_search_faults(folder: Path) -> None:
+    script = folder / "_static" / "search-no-solutions.js"
+    assert script.is_file(), "site/_static/search-no-solutions.js is not in the site"
+    script.write_text("// emptied by the self-check\n")
+    index = folder / "searchindex.js"
+    text = index.read_text()
+    head, body = text.split("(", 1)
+    data = json.loads(body[: body.rindex(")")])
+    for page in NOTEBOOK_PAGES:
+        word = solution_only_word(Path(page).stem)
+        if word:
+            data["terms"][_stem(word)] = data["docnames"].index(page.removesuffix(".html"))
+    index.write_text(f"{head}({json.dumps(data)})")
 
 
 # --- Accessibility (issue 26): axe-core, headings, phone width, dark mode, opaque figures ---
@@ -838,10 +1016,12 @@ def self_check(browser: Browser) -> list[str]:
         html = plant_reader_faults(folder, page.read_text())
         page.write_text(html.replace("</article>", PLANTED + PLANTED_A11Y + "</article>", 1))
         (page.parent / "see-through.png").write_bytes(see_through_png())
+        plant_search_faults(folder)
         with Server(folder) as server:
             checked = browser.check(server, folder, BROKEN_PAGE)
-            found = checked.problems
-    patterns = [re.compile(p) for p in EXPECTED + EXPECTED_READER + EXPECTED_A11Y]
+            found = checked.problems + search_solution_problems(browser, server, {})
+    planted = EXPECTED + EXPECTED_READER + EXPECTED_A11Y + EXPECTED_SEARCH
+    patterns = [re.compile(p) for p in planted]
     missed = [f"not reported: /{p.pattern}/" for p in patterns if not any(map(p.search, found))]
     extra = [f"reported unexpectedly: {f}" for f in found if not any(p.search(f) for p in patterns)]
     return missed + extra
@@ -893,7 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
                 found = self_check(browser)
                 for problem in found:
                     log(f"  self-check: {problem}")
-                planted = len(EXPECTED) + len(EXPECTED_READER) + len(EXPECTED_A11Y)
+                planted = len(EXPECTED + EXPECTED_READER + EXPECTED_A11Y + EXPECTED_SEARCH)
                 log(f"self-check: {'FAILED' if found else f'found all {planted} faults'}")
                 failed += ["self-check"] if found else []
                 passed += 0 if found else 1

@@ -317,3 +317,80 @@ def test_figures_without_alt_text_that_says_what_they_show_are_reported():
     assert [p.split(":")[0] for p in problems] == ["figure b.png", "figure c.png", "figure d.png"]
     assert "same as another figure" in problems[-1]
     assert st.figure_alt_problems(f'<p><img src="../_images/a.png" alt="{good}"></p>') == []
+
+
+# --- Search leaves the solutions out (site/conf.py, site/_static/search-no-solutions.js) ---
+def test_every_solution_cell_is_tagged_for_search_to_leave_out():
+    stored = (ROOT / "notebooks" / f"{FIRST}.ipynb").read_text()
+    shown = json.loads(conf.reader_notebook(stored, FIRST))["cells"]
+    tagged = [c for c in shown if conf.SOLUTION_TAG in c["metadata"].get("tags", [])]
+    assert tagged == [c for c in shown if conf.SOLUTION_BEGIN in c["source"]]
+    assert len(tagged) == 3
+
+
+def test_solution_cells_get_the_class_sphinx_s_index_skips_and_nothing_else_does():
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+
+    doctree = new_document("page", get_default_settings(Parser))
+    solution = nodes.container("", nodes.literal_block("x = 1", "x = 1"))
+    solution["classes"] = ["cell", "tag_hide-cell", conf.SOLUTION_CLASS]
+    shown = nodes.container("", nodes.paragraph("", "prose"), classes=["cell"])
+    doctree += [solution, shown]
+    assert conf.hide_solutions_from_search(None, doctree) == 1
+    assert conf.NO_SEARCH == "no-search"  # the class sphinx.search's word collector skips
+    assert solution["classes"][-1] == "no-search" and "no-search" not in shown["classes"]
+    assert conf.hide_solutions_from_search(None, doctree) == 0  # read twice, marked once
+
+
+def test_the_snippet_script_is_served_and_drops_what_the_index_skips():
+    assert conf.html_js_files == ["search-no-solutions.js"]
+    script = (ROOT / "site" / "_static" / "search-no-solutions.js").read_text()
+    assert "Search.htmlToText = " in script
+    assert f'querySelectorAll(".{conf.NO_SEARCH}")' in script
+
+
+def test_a_word_only_a_solution_uses_is_found_and_nowhere_else_on_its_page():
+    word = st.solution_only_word(FIRST)
+    assert word is not None
+    cells = st.notebook_cells(FIRST)
+    assert any(word in text for solution, text in cells if solution)
+    rest = "\n".join(text for solution, text in cells if not solution).lower()
+    assert word.lower() not in rest and st._stem(word) not in rest
+    assert st.SOLUTION_MARK not in "\n".join(text for _, text in cells)  # markers left out
+
+
+def test_a_word_first_met_in_a_solution_and_again_after_it():
+    word = st.solution_first_word(FIRST)
+    cells = st.notebook_cells(FIRST)
+    at = next(i for i, (_, text) in enumerate(cells) if st._stem(word) in text.lower())
+    assert cells[at][0], "first met in a solution cell"
+    assert any(word in text for solution, text in cells[at + 1 :] if not solution)
+
+
+def test_a_snippet_showing_a_solution_s_line_is_reported_and_prose_is_not():
+    line = sorted(st.solution_lines())[0]
+    spaced = "... some prose " + line.replace(" ", "\n   ") + " more ..."
+    assert st.snippet_problems("w", [("notebooks/x.html", spaced)]) == [
+        f"search for 'w': the snippet from notebooks/x.html shows a solution's line: {line!r}"
+    ]
+    assert st.snippet_problems("w", [("notebooks/x.html", "prose about attention")]) == []
+    assert all(len(line) >= st.SNIPPET_LINE_MIN for line in st.solution_lines())
+
+
+def test_the_self_check_empties_the_script_and_indexes_the_solution_words(tmp_path):
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "search-no-solutions.js").write_text("Search.htmlToText = 1;")
+    docnames = ["README", *(p.removesuffix(".html") for p in st.NOTEBOOK_PAGES)]
+    index = {"docnames": docnames, "terms": {"attent": [1, 2]}}
+    (tmp_path / "searchindex.js").write_text(f"Search.setIndex({json.dumps(index)})")
+    st.plant_search_faults(tmp_path)
+    assert "Search" not in (tmp_path / "_static" / "search-no-solutions.js").read_text()
+    text = (tmp_path / "searchindex.js").read_text()
+    assert text.startswith("Search.setIndex(") and text.endswith(")")
+    terms = json.loads(text[len("Search.setIndex(") : -1])["terms"]
+    word = st.solution_only_word(FIRST)
+    assert terms[st._stem(word)] == docnames.index(f"notebooks/{FIRST}")
+    assert terms["attent"] == [1, 2]
