@@ -151,7 +151,7 @@ PAGE_JS = r"""async () => {
     nbval: pres.filter(p => /^\s*# NBVAL_/m.test(p.textContent)).length,
     setupShown: pres.some(p => p.textContent.startsWith('# Set-up.') && p.checkVisibility()),
     prompts: article.querySelectorAll('.prompt, .input_prompt, .jp-InputPrompt').length,
-    colab: article.textContent.includes('Run in Colab'),
+    colab: /(Run|Open) in Colab/.test(article.textContent),  // not yet, or the link
     downloads: [...article.querySelectorAll('a[download]')].map(a => a.href),
     prevNext: [...document.querySelectorAll('.prev-next-area a')].map(a => a.href),
     sidebar: [...document.querySelectorAll('.bd-sidenav a')].map(a => a.href),
@@ -319,7 +319,7 @@ def reader_problems(path: str, seen: dict, base: str) -> list[str]:
     following = NOTEBOOK_PAGES[NOTEBOOK_PAGES.index(path) + 1 :][:1]
     if following and base + following[0] not in seen["prevNext"]:
         problems.append(f"no next link to {following[0]}")
-    problems += [] if seen["colab"] else ["no 'Run in Colab' line"]
+    problems += [] if seen["colab"] else ["no Colab line ('Run in Colab' or 'Open in Colab')"]
     problems += [f"{seen['prompts']} cell prompts shown"] if seen["prompts"] else []
     problems += [f"{seen['nbval']} code blocks show an nbval marker"] if seen["nbval"] else []
     problems += ["the set-up cell is shown, not collapsed"] if seen["setupShown"] else []

@@ -56,6 +56,23 @@ def test_a_marker_line_goes_but_the_rest_of_its_cell_stays():
     assert shown["cells"][1]["source"] == "x = 1\n"
 
 
+def test_published_colab_badges_become_text_links_with_no_outside_image():
+    from tools import notebook_links as links
+
+    repo = links.Repository("Course-Owner", "mha-course")
+    readme = links.readme_text((ROOT / "README.md").read_text(), repo)
+    stored = json.loads((ROOT / "notebooks" / f"{FIRST}.ipynb").read_text())
+    stored["cells"][0]["source"] = links.with_badge(
+        "".join(stored["cells"][0]["source"]), links.badge(repo, f"{FIRST}.ipynb")
+    )
+    for docname, text in (("README", readme), (f"notebooks/{FIRST}", json.dumps(stored))):
+        assert links.BADGE_IMAGE in text
+        source = [text]
+        conf.on_source_read(None, docname, source)
+        assert links.BADGE_IMAGE not in source[0]
+        assert f"[Open in Colab]({repo.colab(f'{FIRST}.ipynb')})" in source[0]
+
+
 def test_the_sidebar_lists_every_notebook_in_course_order():
     stems = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert conf.NOTEBOOKS == stems
@@ -97,7 +114,7 @@ def test_a_notebook_page_as_it_should_be_passes():
         ({"nbval": 2}, "2 code blocks show an nbval marker"),
         ({"setupShown": True}, "the set-up cell is shown, not collapsed"),
         ({"prompts": 3}, "3 cell prompts shown"),
-        ({"colab": False}, "no 'Run in Colab' line"),
+        ({"colab": False}, "no Colab line ('Run in Colab' or 'Open in Colab')"),
         ({"downloads": []}, f"no download link for {FIRST}.ipynb"),
         ({"prevNext": []}, f"no next link to {st.NOTEBOOK_PAGES[1]}"),
     ],
