@@ -61,12 +61,7 @@ def target_masks(
     i = np.arange(n)
     real = i[None, :] < lengths[:, None]  # (batch, n)
     pair = real[:, :, None] & real[:, None, :]  # (batch, n_q, n_k): both real
-    out = {}
-    out["previous"] = (pair & (i[None, None, :] == i[None, :, None] - 1), real & (i >= 1))
-    out["next"] = (
-        pair & (i[None, None, :] == i[None, :, None] + 1),
-        real & (i < lengths[:, None] - 1),
-    )
+    out = {"previous": offset_masks(real, -1), "next": offset_masks(real, +1)}
     out["self"] = (pair & np.eye(n, dtype=bool)[None], real)
     out["[CLS]"] = (pair & (i == 0)[None, None, :], real)
     out["[SEP]"] = (pair & (i[None, None, :] == lengths[:, None, None] - 1), real)
