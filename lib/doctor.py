@@ -57,7 +57,8 @@ def _package_rows(could_not: list[str]) -> tuple[list[str], list[str], list[str]
             for name, spec, part in install.requirements((PINNED_PART,))
             if part == PINNED_PART
         }
-        parts = sorted(_known_parts() - {PINNED_PART})
+        known = metadata.metadata(install.DISTRIBUTION).get_all("Provides-Extra") or []
+        parts = sorted(set(known) - {PINNED_PART})
         ranges = {}
         for name, spec, part in install.requirements(parts):
             ranges.setdefault(install._key(name), (name, spec, part))
@@ -129,10 +130,6 @@ def note() -> None:
             f"Note: outputs may differ from the stored ones here ({'; '.join(found)}); "
             "`python -m lib.doctor` says more."
         )
-
-
-def _known_parts() -> set[str]:
-    return set(metadata.metadata(install.DISTRIBUTION).get_all("Provides-Extra") or [])
 
 
 def _inside(spec: str, version: str) -> bool | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 
@@ -23,14 +22,10 @@ PUNCTUATION = frozenset(".,;:!?")
 HEAD_TYPES = ("previous", "next", "self", "[CLS]", "[SEP]", "punctuation")
 
 
-def load_probe_sentences(path=PROBE_SENTENCES) -> dict:
+def load_probe_sentences() -> dict:
     """The course's probe sentences: {"sentences": [str], "coreference": [dicts with text,
     pronoun, antecedent, distractor, cue]}."""
-    if not hasattr(path, "read_text"):  # a str or os.PathLike
-        path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no probe sentences at {path}")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return json.loads(PROBE_SENTENCES.read_text(encoding="utf-8"))
 
 
 def _check(weights, attention_mask) -> tuple[np.ndarray, np.ndarray]:
@@ -61,12 +56,7 @@ def target_masks(
     i = np.arange(n)
     real = i[None, :] < lengths[:, None]  # (batch, n)
     pair = real[:, :, None] & real[:, None, :]  # (batch, n_q, n_k): both real
-    out = {}
-    out["previous"] = (pair & (i[None, None, :] == i[None, :, None] - 1), real & (i >= 1))
-    out["next"] = (
-        pair & (i[None, None, :] == i[None, :, None] + 1),
-        real & (i < lengths[:, None] - 1),
-    )
+    out = {"previous": offset_masks(real, -1), "next": offset_masks(real, +1)}
     out["self"] = (pair & np.eye(n, dtype=bool)[None], real)
     out["[CLS]"] = (pair & (i == 0)[None, None, :], real)
     out["[SEP]"] = (pair & (i[None, None, :] == lengths[:, None, None] - 1), real)

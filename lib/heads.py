@@ -144,11 +144,10 @@ def head_count_sweep(
     budget: int,
     target: float,
     eval_every: int = 20,
-    lr: float = 1e-2,
 ) -> dict:
     """Notebook 05's sweep: for every head count ``h`` and ``seed``, build
     ``make_model(h, np.random.default_rng(seed))``, train it with :func:`lib.tiny.train`
-    (``stop_at=target``) and measure it on the held-out ``eval_data``.
+    (``lr=1e-2``, ``stop_at=target``) and measure it on the held-out ``eval_data``.
 
     Returns ``{(h, seed): run}``, a run being a dict: ``"accuracy"`` (the last held-out
     accuracy), ``"steps"`` (the first evaluated step that reached ``target``, or None),
@@ -172,7 +171,7 @@ def head_count_sweep(
                     f"make_model({h}, rng) returned a model with "
                     f"{getattr(model, 'n_heads', None)} heads, not {h}"
                 )
-            log = train(model, make_batch, eval_data, budget, rng, lr, eval_every, target)
+            log = train(model, make_batch, eval_data, budget, rng, 1e-2, eval_every, target)
             weights = model.forward(eval_ids)[1]  # (batch, heads, n, n)
             results[h, seed] = {
                 "accuracy": log.accuracy[-1],

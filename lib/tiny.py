@@ -401,11 +401,9 @@ def position_experiment(
     n_classes: int,
     d_model: int = 16,
     n_heads: int = 4,
-    n_slots: int = 1,
     batch: int = 32,
     lr: float = 0.02,
     n_eval: int = 128,
-    eval_seed: int = 1000,
 ) -> list[dict]:
     """Notebook 09's experiment: train the tiny model with each position scheme and seed,
     the same budget for all, then measure its accuracy at the training length and beyond.
@@ -413,8 +411,8 @@ def position_experiment(
     ``task(n_seqs, seq_len, rng) -> (ids, targets)`` makes data. ``rng =
     np.random.default_rng(seed)`` draws the model (``max_len = max(test_lens)``: learned rows
     past ``train_len`` exist but are never trained) and its ``n_steps`` batches of length
-    ``train_len``. The held-out sets, ``n_eval`` sequences per test length from ``eval_seed +
-    length``, are the same for every model; beyond ``train_len`` only the positions no model
+    ``train_len``. The held-out sets, ``n_eval`` sequences per test length drawn with seed
+    1000 + length, are the same for every model; beyond ``train_len`` only the positions no model
     was trained on are scored. Returns one record ``{"scheme", "seed", "length",
     "accuracy"}`` per (scheme, seed, length), in that order of loops.
     """
@@ -425,7 +423,7 @@ def position_experiment(
             raise ValueError(f"test lengths must be >= train_len={train_len}, got {n}")
     held_out = {}
     for n in sorted({train_len, *test_lens}):
-        ids, targets = task(n_eval, n, np.random.default_rng(eval_seed + n))
+        ids, targets = task(n_eval, n, np.random.default_rng(1000 + n))
         if n > train_len:
             targets = targets.copy()
             targets[:, :train_len] = IGNORE  # score only the positions never trained on
@@ -435,8 +433,7 @@ def position_experiment(
         for seed in seeds:
             rng = np.random.default_rng(seed)
             model = init_tiny_model(
-                vocab_size, max(test_lens), d_model, n_heads, n_classes, rng, n_slots,
-                positions=scheme,
+                vocab_size, max(test_lens), d_model, n_heads, n_classes, rng, positions=scheme,
             )  # fmt: skip
             train(model, lambda r: task(batch, train_len, r), held_out[train_len],
                   n_steps, rng, lr=lr, eval_every=n_steps)  # fmt: skip

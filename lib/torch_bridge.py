@@ -33,15 +33,15 @@ def to_torch_attn_mask(mask: np.ndarray):
     return torch.from_numpy(~V.bool_mask(mask))
 
 
-def to_torch_mha(params: A.MHAParams, dtype=None):
-    """An ``nn.MultiheadAttention(batch_first=True)`` in eval mode holding our weights
-    (``dtype``: theirs by default). Called with ``attn_mask=to_torch_attn_mask(mask)`` and
+def to_torch_mha(params: A.MHAParams):
+    """An ``nn.MultiheadAttention(batch_first=True)`` in eval mode holding our weights, in
+    their dtype. Called with ``attn_mask=to_torch_attn_mask(mask)`` and
     ``average_attn_weights=False`` it returns what ``A.multi_head_attention`` does."""
     import torch
     from torch import nn
 
     weight, bias = pack_in_proj(params)  # checks params
-    dtype = dtype or getattr(torch, np.dtype(params.W_q.dtype).name)
+    dtype = getattr(torch, np.dtype(params.W_q.dtype).name)
     module = nn.MultiheadAttention(
         params.d_model, params.n_heads, bias=params.has_bias, batch_first=True, dtype=dtype
     )
