@@ -269,7 +269,8 @@ def attention_inputs(q, k, v, attn_mask):
     finite_all({"q": q, "k": k, "v": v})
     if attn_mask is not None:
         attn_mask = mask(attn_mask, lead + (q.shape[-2], k.shape[-2]))
-    dtype = np.result_type(q, k, v)  # NumPy's promotion, applied before any step (promoted)
+    # NumPy's promotion, before any step (lib.attention.promoted does the same for a layer)
+    dtype = np.result_type(q, k, v)
     q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
     return q, k, v, attn_mask, lead
 

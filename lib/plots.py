@@ -42,7 +42,8 @@ def alt_text_problem(alt) -> str | None:
         return "no alt text"
     if alt.lstrip().startswith("<Figure"):
         return f"alt text {alt!r} is matplotlib's name of the figure: say what it shows"
-    words = re.findall(r"\w[\w'.\-]*", alt)
+    # words, numbers (0.94), d_k, log-log; not the punctuation after them ("plot." is "plot")
+    words = re.findall(r"\w+(?:['.\-]\w+)*", alt)
     if len(words) < ALT_MIN_WORDS:
         return f"alt text {alt!r} is too short: say what the figure shows"
     if len([w for w in words if w.lower() not in _GENERIC_WORDS]) < ALT_MIN_WORDS - 2:

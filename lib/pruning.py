@@ -100,6 +100,9 @@ def ranks(values) -> np.ndarray:
     values = np.asarray(values, dtype=float)
     if values.ndim != 1:
         raise ValueError(f"ranks expects a 1-D array, got shape {values.shape}")
+    if np.isnan(values).any():  # np.unique would give all NaNs one shared, largest rank
+        where = np.flatnonzero(np.isnan(values)).tolist()
+        raise ValueError(f"ranks of NaN are undefined, got NaN at index {where} of {values}")
     _, group, counts = np.unique(values, return_inverse=True, return_counts=True)
     last = np.cumsum(counts)  # the rank of each distinct value's last copy
     return (last - (counts - 1) / 2)[group]

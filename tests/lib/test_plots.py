@@ -15,6 +15,7 @@ GENERIC = [
     "Heatmap of the weights",
     "<Figure size 640x480 with 1 Axes>",
     "A figure showing the plot of the chart above here",
+    "Figure. Plot. Image. Chart. Graph. Diagram.",  # a full stop does not make a word count
 ]
 
 

@@ -123,6 +123,14 @@ def test_ranks_average_ties():
     np.testing.assert_array_equal(PR.ranks([0.3, 0.0, 0.0, 0.5]), [3.0, 1.5, 1.5, 4.0])
 
 
+def test_ranks_and_spearman_refuse_nan():
+    # np.unique groups NaNs as one value: without the check they would share the top rank
+    with pytest.raises(ValueError, match=r"NaN at index \[1, 3\]"):
+        PR.ranks([1.0, np.nan, 0.5, np.nan])
+    with pytest.raises(ValueError, match=r"NaN at index \[2\]"):
+        PR.spearman([1.0, 2.0, np.nan, 4.0], [1.0, 2.0, 3.0, 4.0])
+
+
 def test_spearman_bad_input():
     with pytest.raises(ValueError, match=r"same length >= 2, got \(3,\) and \(2,\)"):
         PR.spearman([1, 2, 3], [1, 2])
