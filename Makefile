@@ -33,8 +33,8 @@ lab: install
 		$(if $(LAB_OPEN),--LabApp.default_url=/lab/tree/$(LAB_OPEN)) $(LAB_FLAGS)
 
 lint: install
-	$(BIN)/ruff check lib tests bench tools notebooks site
-	$(BIN)/ruff format --check lib tests bench tools notebooks site
+	$(BIN)/ruff check lib course_setup tests bench tools notebooks site
+	$(BIN)/ruff format --check lib course_setup tests bench tools notebooks site
 
 test: lint
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-figures tests notebooks

@@ -7,7 +7,6 @@ and ``head_types`` (07), ``torch_bridge`` (08, the only module that imports torc
 ``positions`` (09), ``blockwise`` and ``kv_cache`` (10); ``checks`` holds the checks that
 follow each exercise. Each module's docstring says what it holds.
 
-``import lib`` itself imports nothing else, so that ``lib.install`` (what each notebook's
-set-up cell runs where the course is not installed, e.g. Google Colab; standard library only)
-works before NumPy or anything else the course needs is installed.
+What installs the course and checks a learner's environment belongs to no notebook, so it
+is not here: see the package ``course_setup`` beside this one.
 """

@@ -191,13 +191,17 @@ def make_plan(mask, causal: bool, n_q: int, n_k: int, dtype, n_kv_heads=1, group
     row i * n_q + t of key/value head j being query t of head j * group + i."""
     if mask is None and not causal:
         return None
-    if mask is None:  # causal: query i reaches keys 0 .. i + (n_k - n_q)
-        reach, add = np.clip(np.arange(1, n_q + 1) + (n_k - n_q), 0, n_k)[None, None, :], None
-    else:
-        mask = A.with_causal(mask, n_q, n_k) if causal else mask
+    # causal: query i reaches keys 0 .. i + (n_k - n_q)
+    causal_reach = np.clip(np.arange(1, n_q + 1) + (n_k - n_q), 0, n_k)[None, None, :]
+    reach, add = causal_reach, None
+    if mask is not None:
         mask = np.broadcast_to(mask, mask.shape[:-1] + (n_k,))
-        reach = np.where(mask.any(axis=-1), n_k - np.argmax(mask[..., ::-1], axis=-1), 0)
         prefix = not np.any(mask[..., 1:] & ~mask[..., :-1])  # no allowed key after a blocked one
+        if causal and not prefix:  # the two rules as one mask, the blocked keys added as -inf
+            mask = A.with_causal(mask, n_q, n_k)
+        reach = np.where(mask.any(axis=-1), n_k - np.argmax(mask[..., ::-1], axis=-1), 0)
+        if causal and prefix:  # two prefixes: the shorter one, without an (n_q, n_k) mask
+            reach = np.minimum(reach, causal_reach)
         dtype = np.dtype(dtype)
         add = None if prefix else np.where(mask, dtype.type(0), dtype.type(-np.inf))
 

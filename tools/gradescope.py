@@ -74,7 +74,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = Path(__file__).resolve().parent / "autograder"
 PINNED = ["constraints.txt", "requirements.txt", "requirements-dev.txt", "requirements-model.txt"]
 # What of the repository goes into course/ besides the notebook and the wheel.
-COURSE_TREES = ["lib", "tools", "data"]
+COURSE_TREES = ["lib", "course_setup", "tools", "data"]
 SKIP = {"__pycache__", ".ipynb_checkpoints"}
 
 

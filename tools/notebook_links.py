@@ -56,11 +56,11 @@ import sys
 import time
 
 started = None  # when this cell began installing the course
-try:  # `import lib` imports nothing, lib.install only the standard library
-    from lib import install
+try:  # course_setup.install imports only the standard library
+    from course_setup import install
 
     course_missing = not install.course_complete()
-except Exception:  # not installed, or pip was stopped while writing lib/install.py
+except Exception:  # not installed, or pip was stopped while writing course_setup/install.py
     course_missing = True
 if course_missing:  # not installed, or pip was stopped half-way: install it (again)
     started = time.monotonic()
@@ -73,10 +73,10 @@ if course_missing:  # not installed, or pip was stopped half-way: install it (ag
             f"pip could not install the course from {{source}}:\\n{{done.stderr}}\\n{{todo}}"
         )
     importlib.invalidate_caches()
-    sys.modules.pop("lib.install", None)  # a half-written copy may have been imported
-    install = importlib.import_module("lib.install")
+    sys.modules.pop("course_setup.install", None)  # a half-written copy may have been imported
+    install = importlib.import_module("course_setup.install")
 install.set_up(needs={needs}, started=started)
-importlib.import_module("lib.doctor").note()  # one line, only if outputs may differ here"""
+importlib.import_module("course_setup.doctor").note()  # one line, if outputs may differ here"""
 
 SOURCE_PUBLISHED = '''\
     todo = (  # what to do, where the learner is

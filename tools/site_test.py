@@ -62,6 +62,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from tools.figure_alt import alt_text_problem
+
 if __package__:
     from tools import browser_test as bt
     from tools import build_site
@@ -262,9 +264,7 @@ class _Images(HTMLParser):
 def figure_alt_problems(html: str) -> list[str]:
     """A notebook's figures (the images myst-nb writes to _images/) without an alt text that
     says what they show: missing (docutils then puts the file's address in ``alt``), short,
-    generic (lib.plots.alt_text_problem) or the same as another figure's on the page."""
-    from lib.plots import alt_text_problem
-
+    generic (tools/figure_alt.py) or the same as another figure's on the page."""
     parser = _Images()
     parser.feed(html)
     problems, seen = [], set()

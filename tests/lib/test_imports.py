@@ -1,15 +1,17 @@
-"""lib's import graph, read from the source: no cycle, and no import inside a function except of
-the optional heavy packages a notebook may not need (so that a module's dependencies are the
-lines at its top, and a cycle cannot hide behind an import placed late)."""
+"""The import graph of lib and course_setup, read from the source: no cycle, and no import
+inside a function except of the optional heavy packages a notebook may not need (so that a
+module's dependencies are the lines at its top, and a cycle cannot hide behind an import
+placed late)."""
 
 import ast
 from pathlib import Path
 
+import course_setup
 import lib
 
-LIB = Path(lib.__file__).parent
+PACKAGES = [Path(lib.__file__).parent, Path(course_setup.__file__).parent]
 # Imported only where they are used: large, and needed by one notebook (torch: 08; the
-# pretrained model's files: 07, 10), or by lib.install before the course is installed.
+# pretrained model's files: 07, 10), or by course_setup.install before the course is installed.
 LATE_IMPORTS_ALLOWED = {"torch", "transformers", "safetensors", "tokenizers", "packaging", "pip"}
 # The environment doctor must run, and say what it could not check, where these are missing.
 LATE_IN_DOCTOR = {"numpy", "threadpoolctl"}
@@ -17,10 +19,11 @@ LATE_IN_DOCTOR = {"numpy", "threadpoolctl"}
 
 def modules() -> dict[str, ast.Module]:
     found = {}
-    for path in sorted(LIB.rglob("*.py")):
-        parts = path.relative_to(LIB.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        found[name] = ast.parse(path.read_text(), str(path))
+    for root in PACKAGES:
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(root.parent).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = ast.parse(path.read_text(), str(path))
     return found
 
 
@@ -42,7 +45,7 @@ def graph() -> tuple[dict[str, set[str]], list[str]]:
     all_modules = modules()
     edges, late = {}, []
     for name, tree in all_modules.items():
-        is_package = (LIB.parent / name.replace(".", "/") / "__init__.py").exists()
+        is_package = (PACKAGES[0].parent / name.replace(".", "/") / "__init__.py").exists()
         package = name if is_package else name.rpartition(".")[0]
         edges[name] = set()
         top = set(map(id, tree.body))
@@ -81,6 +84,7 @@ def cycle(edges: dict[str, set[str]]) -> list[str] | None:
 def test_lib_has_no_import_cycle():
     edges, _ = graph()
     assert edges["lib.blockwise"] >= {"lib.attention", "lib._validate"}  # the graph is read
+    assert edges["course_setup.doctor"] == {"course_setup.install"}
     found = cycle(edges)
     assert found is None, "import cycle: " + " -> ".join(found)
 
@@ -91,7 +95,9 @@ def test_no_import_inside_a_function_except_optional_heavy_packages():
         line
         for line in late
         if line.split(" imports ")[1].split(".")[0] not in LATE_IMPORTS_ALLOWED
-        and not (line.startswith("lib.doctor:") and line.split(" imports ")[1] in LATE_IN_DOCTOR)
+        and not (
+            line.startswith("course_setup.doctor:") and line.split(" imports ")[1] in LATE_IN_DOCTOR
+        )
     ]
     assert not wrong, "imports inside functions:\n" + "\n".join(wrong)
 

@@ -96,6 +96,29 @@ def test_huge_scores_take_the_stable_path_and_stay_finite(rng):
     assert_within(out, want_out, out_tol, "output")
 
 
+def test_causal_with_padding_builds_no_n_by_n_mask(rng, monkeypatch):
+    """Two prefix masks (causal, padding) combine as the shorter reach of each row: the plan
+    holds (batch, 1, n_q) numbers and no (n_q, n_k) array is made, yet the answer is the same
+    as the readable form's with both masks."""
+    params = A.init_mha_params(8, 2, rng, bias=True)
+    x = rng.normal(size=(3, 7, 8))
+    padding = A.padding_mask([7, 4, 0], 7)  # (3, 1, 1, 7); the last row sees nothing
+    want_out, want_w = A.multi_head_attention(x, x, params, padding, causal=True)
+    plan = BW.make_plan(padding, True, 7, 7, np.float64)
+    assert plan.add is None and plan.reach.shape == (3, 1, 7)
+    assert plan.reach[1, 0].tolist() == [1, 2, 3, 4, 4, 4, 4]
+
+    def refuse(*args):
+        raise AssertionError("the fast path built an (n_q, n_k) mask")
+
+    monkeypatch.setattr(A, "with_causal", refuse)
+    monkeypatch.setattr(A, "causal_mask", refuse)
+    out, w = BW.multi_head_attention(x, x, params, padding, causal=True)
+    w_tol, out_tol = mha_tolerances(np.float64, x, x, params, None)
+    assert_within(w, want_w, w_tol, "weights")
+    assert_within(out, want_out, out_tol, "output")
+
+
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_fully_masked_rows_and_blocks_give_zero(rng, need_weights):
     params = A.init_mha_params(8, 2, rng, bias=True)

@@ -4,7 +4,7 @@ background that stays readable in a dark theme.
 - Alt text: each cell that draws ends with ``P.show(fig, alt="...")`` (lib/plots.py), which
   stores the text with the PNG (the output's metadata ``image/png.alt``); the website carries it
   into ``<img alt>`` (site/conf.py ``carry_figure_alt``). Here: every stored figure has one, it
-  is not short or generic (``plots.alt_text_problem``), no two figures share one, and it is the
+  is not short or generic (``tools/figure_alt.py``), no two figures share one, and it is the
   text the cell's code passes now (a figure re-drawn with new alt text must be re-executed).
 - One figure per cell: myst-nb sets alt text per cell, so a second figure would get the first
   one's text.
@@ -21,7 +21,7 @@ import nbformat
 import pytest
 from helpers import ROOT
 
-from lib import plots
+from tools.figure_alt import alt_text_problem
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
@@ -46,6 +46,29 @@ def alt_in_code(source: str) -> list[str]:
     ]
 
 
+GENERIC = [
+    None,
+    "",
+    "   ",
+    "figure",
+    "A plot.",
+    "Heatmap of the weights",
+    "<Figure size 640x480 with 1 Axes>",
+    "A figure showing the plot of the chart above here",
+    "Figure. Plot. Image. Chart. Graph. Diagram.",  # a full stop does not make a word count
+]
+
+
+@pytest.mark.parametrize("alt", GENERIC)
+def test_the_rule_refuses_missing_short_or_generic_alt_text(alt):
+    assert alt_text_problem(alt)
+
+
+def test_the_rule_accepts_alt_text_that_says_what_the_figure_shows():
+    alt = "Heatmap of head 3's weights: each token attends mostly to the previous one"
+    assert alt_text_problem(alt) is None
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
 def test_every_figure_has_alt_text_that_says_what_it_shows(path):
     nb = nbformat.read(path, as_version=4)
@@ -56,7 +79,7 @@ def test_every_figure_has_alt_text_that_says_what_it_shows(path):
             problems.append(f"cell {index}: {kinds} (the course stores figures as PNG only)")
             continue
         alt = out.get("metadata", {}).get("image/png", {}).get("alt")
-        why = plots.alt_text_problem(alt)
+        why = alt_text_problem(alt)
         if why:
             problems.append(f"cell {index}: {why} (end the cell with P.show(fig, alt=...))")
         elif alt not in alt_in_code(cell.source):

@@ -141,14 +141,17 @@ def run_setup_cell(source, env, cwd=None, before=""):
     )
 
 
-# Run before a set-up cell: as if the course were not installed (`from lib import ...` fails).
-NOT_INSTALLED = 'import sys\nsys.modules["lib"] = None\n'
+# Run before a set-up cell: as if the course were not installed (its imports fail).
+NOT_INSTALLED = 'import sys\nsys.modules["lib"] = sys.modules["course_setup"] = None\n'
 # ... or as if pip had been stopped half-way through installing it: its record missing, or
-# lib/install.py only begun (imported, but empty).
-HALF_INSTALLED = "import lib.install\nlib.install.course_complete = lambda: False\n"
+# course_setup/install.py only begun (imported, but empty).
+HALF_INSTALLED = (
+    "import course_setup.install\ncourse_setup.install.course_complete = lambda: False\n"
+)
 HALF_WRITTEN = (
-    "import sys, types\nimport lib\n"
-    'sys.modules["lib.install"] = lib.install = types.ModuleType("lib.install")\n'
+    "import sys, types\nimport course_setup\n"
+    'half = course_setup.install = types.ModuleType("course_setup.install")\n'
+    'sys.modules["course_setup.install"] = half\n'
 )
 
 

