@@ -186,7 +186,8 @@ class MaskPlan:
 
 def make_plan(mask, causal: bool, n_q: int, n_k: int, dtype, n_kv_heads=1, group=1):
     """The MaskPlan of a boolean mask of four axes (batch|1, heads|1, n_q|1, n_k|1), or None,
-    and ``causal`` (alone, it builds no mask); None when every key may be attended to. With
+    and ``causal`` (alone or with a prefix mask such as padding, no (n_q, n_k) mask is
+    built); None when every key may be attended to. With
     group > 1 its rows follow the queries stacked by group: (batch|1, n_kv_heads, group * n_q),
     row i * n_q + t of key/value head j being query t of head j * group + i."""
     if mask is None and not causal:
@@ -420,7 +421,8 @@ def multi_head_attention(
     """lib's fast path: :func:`lib.attention.multi_head_attention` (same arguments, results
     and errors) with one fused projection, each group's queries stacked so that a key block
     is read once for them, the scores in cache-sized blocks, the keys a block cannot reach
-    skipped (``causal=True`` builds no mask) and the rows normalised after ``P @ V``."""
+    skipped (``causal=True``, alone or with a padding mask, builds no (n_q, n_k) mask) and the
+    rows normalised after ``P @ V``."""
     self_attention = x_q is x_kv
     x_q, x_kv, p, mask, unbatched = A.prepare_mha(x_q, x_kv, params, mask)
     batch, n_q, d = x_q.shape
