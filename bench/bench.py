@@ -7,6 +7,7 @@ time of each is reported. Absolute times are printed for orientation only.
     python bench/bench.py            # everything
     python bench/bench.py --quick    # fewer repetitions
     python bench/bench.py --only torch --threads 2   # one section, two threads
+    python bench/bench.py --only parts   # where the time goes at the smallest torch shape
     python bench/bench.py --only grading --students 20  # grade.py vs nbgrader autograde
 """
 
@@ -555,7 +556,7 @@ def bench_torch_parts(reps: int, threads: int, shape=TORCH_SHAPES[0]) -> None:
                 print(line)
 
 
-SECTIONS = ("lists", "loop", "gflops", "training", "bert", "torch", "scale", "grading")
+SECTIONS = ("lists", "loop", "gflops", "training", "bert", "torch", "parts", "scale", "grading")
 # --------------------------------------------------------------------------- pretrained BERT
 
 
@@ -728,8 +729,8 @@ def main() -> None:
         # --quick leaves out the largest shape, which alone takes about a minute.
         shapes = TORCH_SHAPES[:2] if args.quick else TORCH_SHAPES
         bars += bench_torch(reps, args.threads, shapes)
-        if not args.bars:
-            bench_torch_parts(reps, args.threads)
+    if "parts" in run:
+        bench_torch_parts(reps, args.threads)
     if "scale" in run:
         from scale import bench_scale
 
