@@ -185,23 +185,21 @@ class MaskPlan:
 
 
 def make_plan(mask, causal: bool, n_q: int, n_k: int, dtype, n_kv_heads=1, group=1):
-    """The MaskPlan of a boolean mask of four axes (batch|1, heads|1, n_q|1, n_k|1), or None,
-    and ``causal`` (alone or with a prefix mask such as padding, no (n_q, n_k) mask is
-    built); None when every key may be attended to. With
-    group > 1 its rows follow the queries stacked by group: (batch|1, n_kv_heads, group * n_q),
-    row i * n_q + t of key/value head j being query t of head j * group + i."""
+    """The MaskPlan of a boolean mask of four axes (batch|1, heads|1, n_q|1, n_k|1) or None,
+    and of ``causal`` (alone or with a prefix mask, it builds no (n_q, n_k) mask); None when
+    every key may be attended to. Group > 1: rows stacked as the queries (batch|1, n_kv_heads,
+    group * n_q), row i * n_q + t of key/value head j being query t of head j * group + i."""
     if mask is None and not causal:
         return None
-    # causal: query i reaches keys 0 .. i + (n_k - n_q)
-    causal_reach = np.clip(np.arange(1, n_q + 1) + (n_k - n_q), 0, n_k)[None, None, :]
-    reach, add = causal_reach, None
+    # causal: query i reaches keys 0 .. i + (n_k - n_q) (the queries are the last n_q positions)
+    reach = causal_reach = np.clip(np.arange(1, n_q + 1) + (n_k - n_q), 0, n_k)[None, None, :]
+    add = None
     if mask is not None:
         mask = np.broadcast_to(mask, mask.shape[:-1] + (n_k,))
         prefix = not np.any(mask[..., 1:] & ~mask[..., :-1])  # no allowed key after a blocked one
-        if causal and not prefix:  # the two rules as one mask, the blocked keys added as -inf
-            mask = A.with_causal(mask, n_q, n_k)
+        mask = A.with_causal(mask, n_q, n_k) if causal and not prefix else mask  # one -inf mask
         reach = np.where(mask.any(axis=-1), n_k - np.argmax(mask[..., ::-1], axis=-1), 0)
-        if causal and prefix:  # two prefixes: the shorter one, without an (n_q, n_k) mask
+        if causal and prefix:  # two prefixes: the shorter reach, no (n_q, n_k) mask
             reach = np.minimum(reach, causal_reach)
         dtype = np.dtype(dtype)
         add = None if prefix else np.where(mask, dtype.type(0), dtype.type(-np.inf))
@@ -255,8 +253,7 @@ def _attend_in_blocks(q, k, v, heads_out, weights, plan, *, small, skip) -> None
     n_k = k.shape[2]
     dtype = np.result_type(q, k)
     k_t = k.transpose(0, 1, 3, 2)  # (batch, heads, d_k, n_k)
-    reach = None if plan is None else plan.reach
-    add = None if plan is None else plan.add
+    reach, add = (None, None) if plan is None else (plan.reach, plan.add)
     block_bytes = ROW_BLOCK_BYTES if weights is None else WEIGHTS_ROW_BLOCK_BYTES
     rows = max(1, min(n_q, block_bytes // dtype.itemsize // n_k))  # query rows per block
     if reach is not None and reach.shape[2] > 1 and skip:  # rows reach different keys
@@ -421,8 +418,7 @@ def multi_head_attention(
     """lib's fast path: :func:`lib.attention.multi_head_attention` (same arguments, results
     and errors) with one fused projection, each group's queries stacked so that a key block
     is read once for them, the scores in cache-sized blocks, the keys a block cannot reach
-    skipped (``causal=True``, alone or with a padding mask, builds no (n_q, n_k) mask) and the
-    rows normalised after ``P @ V``."""
+    skipped (``causal=True`` builds no mask) and the rows normalised after ``P @ V``."""
     self_attention = x_q is x_kv
     x_q, x_kv, p, mask, unbatched = A.prepare_mha(x_q, x_kv, params, mask)
     batch, n_q, d = x_q.shape
