@@ -39,20 +39,8 @@ def softmax_backward(weights: np.ndarray, d_weights: np.ndarray, axis: int = -1)
 
 
 def _softmax_grad(weights: np.ndarray, d_weights: np.ndarray, axis: int = -1) -> np.ndarray:
-    if axis in (-1, weights.ndim - 1):
-        inner = _last_axis_sum(d_weights * weights)
-    else:
-        inner = np.sum(d_weights * weights, axis=axis, keepdims=True)
+    inner = np.sum(d_weights * weights, axis=axis, keepdims=True)  # sum over the keys
     return weights * (d_weights - inner)
-
-
-def _last_axis_sum(x: np.ndarray) -> np.ndarray:
-    """``x.sum(axis=-1, keepdims=True)`` as one matrix-vector product: NumPy's reductions
-    over a short last axis are slow, and this is most of a tiny model's training step."""
-    if x.shape[-1] == 0:  # no keys: empty sums are 0
-        return np.zeros((*x.shape[:-1], 1), x.dtype)
-    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
-    return (rows @ np.ones(x.shape[-1], dtype=x.dtype)).reshape(*x.shape[:-1], 1)
 
 
 def numeric_gradient(array: np.ndarray, f, eps: float = 1e-6) -> np.ndarray:
