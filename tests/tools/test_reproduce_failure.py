@@ -1,5 +1,5 @@
 """A failing hypothesis example in CI prints its @reproduce_failure blob, and that blob alone
-replays the same example elsewhere: no example database is needed (README, "Tests")."""
+replays the same example elsewhere: no example database is needed (tests/README.md)."""
 
 import ast
 import os
