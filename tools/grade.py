@@ -36,7 +36,8 @@ When the grader runs as root (Gradescope's autograder does), the kernels run as 
 unprivileged account instead (``AUTOGRADER_STUDENT_USER``, default ``nobody``; empty: as the
 grader's own user), in folders of their own: the student's code cannot write the grader's
 files, the course or the environment, nor signal the grader's processes. If that account
-cannot run the kernel's Python, the grader says so on stderr and runs the kernels as root.
+cannot run the kernel's Python, ``make grade`` says so on stderr and runs the kernels as
+root; the Gradescope autograder refuses instead (``student_account``'s ``strict``).
 """
 
 from __future__ import annotations
@@ -285,14 +286,19 @@ class Account:
         return {"user": self.uid, "group": self.gid, "extra_groups": []}
 
 
-_ACCOUNTS: dict[tuple[str, str], Account | None] = {}
+_ACCOUNTS: dict[tuple[str, str], Account | str] = {}
 
 
-def student_account() -> Account | None:
+class UnsafeToGrade(RuntimeError):
+    """The grader is root and cannot run the students' code as anyone else."""
+
+
+def student_account(strict: bool = False) -> Account | None:
     """The account to run submissions' kernels as: None unless the grader is root. Then
     ``AUTOGRADER_STUDENT_USER`` (default ``nobody``; empty means root, as the grader), if it
     exists, is not root and can import ipykernel with this Python (a venv under a private
-    home cannot be run by it): else a warning on stderr, and None."""
+    home cannot be run by it). Otherwise :class:`UnsafeToGrade` when ``strict`` (the
+    Gradescope autograder), else a warning on stderr and None (the kernels run as root)."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         return None
     name = os.environ.get("AUTOGRADER_STUDENT_USER", "nobody")
@@ -301,29 +307,35 @@ def student_account() -> Account | None:
     key = (name, sys.executable)
     if key not in _ACCOUNTS:
         _ACCOUNTS[key] = _find_account(name)
-    return _ACCOUNTS[key]
-
-
-def _find_account(name: str) -> Account | None:
-    import pwd
-
-    def refuse(why: str) -> None:
-        print(
-            f"WARNING: the students' code runs as root, not as {name}: {why}",
-            file=sys.stderr,
-            flush=True,
+    found = _ACCOUNTS[key]
+    if isinstance(found, Account):
+        return found
+    if strict:
+        raise UnsafeToGrade(
+            f"the grader runs as root and will not run the students' code as root: {name} "
+            f"{found}. Let {name} run {sys.executable} (setup.sh's venv, under a folder it "
+            "may enter), name another account in AUTOGRADER_STUDENT_USER, or set it to empty "
+            "to run the code as root (it could then change its own grade)"
         )
+    print(f"WARNING: the students' code runs as root, not as {name}: {name} {found}",
+          file=sys.stderr, flush=True)  # fmt: skip
+    return None
+
+
+def _find_account(name: str, python: str = sys.executable) -> Account | str:
+    """The account ``name``, or why the students' code cannot run as it with ``python``."""
+    import pwd
 
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
-        return refuse("no such account")
+        return "does not exist"
     if entry.pw_uid == 0:
-        return refuse("it is root")
+        return "is root"
     account = Account(name, entry.pw_uid, entry.pw_gid)
     try:
         done = subprocess.run(
-            [sys.executable, "-c", "import ipykernel"],
+            [python, "-c", "import ipykernel"],
             cwd="/",
             env={"PATH": os.environ.get("PATH", ""), "HOME": "/"},
             capture_output=True,
@@ -332,10 +344,10 @@ def _find_account(name: str) -> Account | None:
             **account.popen_args(),
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        return refuse(f"it cannot run {sys.executable} ({exc})")
+        return f"cannot run {python} ({exc})"
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        return refuse(f"it cannot run {sys.executable} with ipykernel ({last})")
+        return f"cannot run {python} with ipykernel ({last})"
     return account
 
 
@@ -642,9 +654,10 @@ def grade_notebook(
     cell_timeout: float = 120.0,
     notebook_timeout: float = 600.0,
     run_all: bool = False,
+    strict_account: bool = False,
 ) -> NotebookResult:
     """Grade one submission against the course notebook ``source_path``; never raises for
-    anything the submission does."""
+    anything the submission does. ``strict_account``: see :func:`student_account`."""
     start = time.monotonic()
     result = NotebookResult(student, source_path.name, str(path), "graded")
     source = nbformat.read(source_path, as_version=4)
@@ -685,8 +698,8 @@ def grade_notebook(
     skipped: dict[int, str] = {}  # cells that hung or killed the kernel: not run again
     restarts: list[str] = []
     done = 0  # steps[:done] have run (or failed for good)
+    account = student_account(strict_account)  # before any of the submission's code runs
     tmp = Path(tempfile.mkdtemp(prefix="grade-"))
-    account = student_account()
     home = None
     if account is not None:  # root's folders it may enter, and a home of its own
         tmp.chmod(0o711)

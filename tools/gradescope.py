@@ -41,7 +41,10 @@ data) and writes results.json in Gradescope's documented format:
 Gradescope runs the autograder as root: the submission's kernel then runs as an unprivileged
 account (``nobody``, or ``AUTOGRADER_STUDENT_USER``; see tools/grade.py), which cannot write
 ``results/`` (root's, mode 755), the course or the environment, nor read ``course/notebooks``
-(run_autograder makes it root's alone), nor signal the grader or run_autograder.
+(run_autograder makes it root's alone), nor signal the grader or run_autograder. If that
+account cannot run the environment's Python, nothing is graded and every test's output says
+why and what to change: the autograder never runs a submission as root unless
+``AUTOGRADER_STUDENT_USER`` is set to empty.
 
 A submission that cannot be graded scores 0 on every test, whose output says why: no
 notebook submitted, several and none named like the assignment, a symbolic link, not a
@@ -266,8 +269,10 @@ def grade_submission(
         shutil.copyfile(chosen, path)
         try:
             result = grade.grade_notebook(
-                path, source, "student", cell_timeout, notebook_timeout, run_all=False
+                path, source, "student", cell_timeout, notebook_timeout, strict_account=True
             )
+        except grade.UnsafeToGrade as exc:
+            return results_json(exercises, problem=str(exc), seconds=time.monotonic() - start)
         except Exception as exc:  # noqa: BLE001 - the autograder reports, never crashes
             problem = f"the grader failed ({type(exc).__name__}: {exc})"
             return results_json(exercises, problem=problem, seconds=time.monotonic() - start)
@@ -324,6 +329,13 @@ def selftest(python: str, notebook: Path, work: Path) -> int:
     subprocess.run(["bash", str(root / "source" / "setup.sh")], check=True, env=env)
     print(f"setup.sh took {time.monotonic() - start:.0f} s", flush=True)
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "AUTOGRADER_STUDENT_USER" not in env:
+        from tools import grade
+
+        found = grade._find_account("nobody", str(root / "venv" / "bin" / "python"))
+        if isinstance(found, str):  # Gradescope's venv is the system Python's: nobody runs it
+            print(f"the kernels run as root here: nobody {found}", flush=True)
+            env["AUTOGRADER_STUDENT_USER"] = ""
     exercises = exercise_checks(notebook)
     stub, _ = make_student.student_notebook(nbformat.read(notebook, as_version=4), notebook.name)
     failures = 0

@@ -313,6 +313,11 @@ CASES = {
     ),
     # A pushed symbolic link to the course's solved notebook, next to the submission folder.
     "a link to the solved notebook": ({"90_tiny.ipynb": "link"}, {}),
+    # As root, no account to run the kernels as: nothing runs (as root, nothing runs as root).
+    "no account for the kernels": (
+        {"90_tiny.ipynb": [RIGHT0, RIGHT1]},
+        {"AUTOGRADER_STUDENT_USER": "no-such-account"},
+    ),
 }
 
 
@@ -410,6 +415,8 @@ def run_case(built, name, returncodes=None) -> dict:
         AUTOGRADER_CELL_TIMEOUT="120",
         AUTOGRADER_NOTEBOOK_TIMEOUT="480",
     )
+    if not built["unprivileged"]:  # as the tests' user: the autograder refuses root otherwise
+        env["AUTOGRADER_STUDENT_USER"] = ""
     env.update(extra_env)
     if name in IN_PROCESS:
         assert gradescope.run(root, root / "source" / "course") == 0
@@ -510,6 +517,19 @@ def test_what_is_not_a_notebook_gets_a_clear_failure_not_a_crash(graded):
     fallback = graded["the grader cannot start"]
     assert fallback["score"] == 0.0
     assert "could not grade this submission" in fallback["output"]
+
+
+def test_as_root_the_autograder_runs_no_submission_as_root(graded):
+    data = graded["no account for the kernels"]
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:  # the grader keeps its own user
+        assert data["score"] == 2.0, data
+        return
+    assert scores(data) == [0.0, 0.0]
+    assert data["output"].startswith(
+        "Your submission was not graded: the grader runs as root and will not run the "
+        "students' code as root: no-such-account does not exist."
+    ), data["output"]
+    assert "AUTOGRADER_STUDENT_USER" in data["tests"][0]["output"]
 
 
 def test_a_link_to_the_solved_notebook_is_not_graded(graded):
