@@ -8,6 +8,7 @@ time of each is reported. Absolute times are printed for orientation only.
     python bench/bench.py --quick    # fewer repetitions
     python bench/bench.py --only torch --threads 2   # one section, two threads
     python bench/bench.py --only parts   # where the time goes at the smallest torch shape
+    python bench/bench.py --only causal-parts   # and in the causal core
     python bench/bench.py --only grading --students 20  # grade.py vs nbgrader autograde
 """
 
@@ -556,7 +557,10 @@ def bench_torch_parts(reps: int, threads: int, shape=TORCH_SHAPES[0]) -> None:
                 print(line)
 
 
-SECTIONS = ("lists", "loop", "gflops", "training", "bert", "torch", "parts", "scale", "grading")
+SECTIONS = (
+    "lists", "loop", "gflops", "training", "bert", "torch", "parts", "causal-parts", "scale",
+    "grading",
+)  # fmt: skip
 # --------------------------------------------------------------------------- pretrained BERT
 
 
@@ -731,6 +735,10 @@ def main() -> None:
         bars += bench_torch(reps, args.threads, shapes)
     if "parts" in run:
         bench_torch_parts(reps, args.threads)
+    if "causal-parts" in run:
+        from scale import bench_causal_parts
+
+        bench_causal_parts(reps)
     if "scale" in run:
         from scale import bench_scale
 

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 import tracemalloc
+import warnings
 
 import numpy as np
-from timing import fmt_time, interleaved_times, median_ratio, spread
+from timing import fmt_time, interleaved_medians, interleaved_times, median_ratio, spread
 
 from lib import attention as A
 from lib import blockwise as BW
@@ -114,6 +116,91 @@ def bench_causal(reps: int, bars: list) -> None:
         where = f"causal core {(batch, n, d, h)}"
         bars.append((f"{where}: lib / sdpa(is_causal)", r_sdpa, sdpa_bar, noise))
         bars.append((f"{where}: lib / lib without skipping", r_skip, 0.6, noise))
+
+
+class _TimedNumPy:
+    """NumPy for lib.blockwise while :func:`bench_causal_parts` runs: the calls made by the
+    kernel's loop (``_attend_in_blocks``) are timed and added up by what they compute."""
+
+    def __init__(self, d_k: int):
+        self.d_k, self.seconds, self.products = d_k, {}, []
+
+    def __getattr__(self, name):
+        fn = getattr(np, name)
+        if not callable(fn) or isinstance(fn, type):
+            return fn
+
+        def timed(*args, **kwargs):
+            if sys._getframe(1).f_code.co_name != "_attend_in_blocks":
+                return fn(*args, **kwargs)
+            start = time.perf_counter()
+            result = fn(*args, **kwargs)
+            part = self.part(name, args)
+            self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - start
+            if part in ("scores q k^T", "P @ v"):  # the operands, to replay with torch
+                self.products.append((args[0], args[1], kwargs["out"]))
+            return result
+
+        return timed
+
+    def part(self, name, args) -> str:
+        if name == "matmul":
+            if args[1].shape[-1] == 1:
+                return "row sums S @ ones"
+            return "scores q k^T" if args[0].shape[-1] == self.d_k else "P @ v"
+        return {"exp": "exp"}.get(name, "max, mask, normalise")
+
+
+def bench_causal_parts(reps: int) -> None:
+    """Where the causal core's time goes: lib's kernel loop, its NumPy calls timed by kind,
+    against SDPA(is_causal) on the same q, k, v (one thread each)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+    from torch.nn import functional as F
+
+    batch, n, d, h = CAUSAL_SHAPES[0]
+    q, k, v = qkv(batch, n, d, h)
+    tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+    flop = 2 * 2 * batch * h * (n * (n + 1) / 2) * (d // h)  # q k^T and P v, causal half
+    torch.set_num_threads(1)
+    with threadpool_limits(limits=1), torch.inference_mode():
+        sdpa = interleaved_medians(
+            {"sdpa": lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True),
+             "lib": lambda: BW.attention(q, k, v, causal=True)}, reps=max(6, reps // 4),
+        )  # fmt: skip
+        runs = []
+        for _ in range(max(6, reps // 4)):
+            timed = _TimedNumPy(d // h)
+            BW.np = timed
+            try:
+                BW.attention(q, k, v, causal=True)
+            finally:
+                BW.np = np
+            runs.append(timed.seconds)
+        # the same products, on the same operands (views), with OpenBLAS and with torch's BLAS
+        numpy_ops = timed.products
+        with warnings.catch_warnings():  # k and v are read-only views: torch only reads them
+            warnings.simplefilter("ignore", UserWarning)
+            torch_ops = [tuple(torch.from_numpy(x) for x in op) for op in numpy_ops]
+        replay = interleaved_medians(
+            {"numpy": lambda: [np.matmul(a, b, out=o) for a, b, o in numpy_ops],
+             "torch": lambda: [torch.matmul(a, b, out=o) for a, b, o in torch_ops]},
+            reps=max(6, reps // 4),
+        )  # fmt: skip
+    parts = {name: statistics.median(r[name] for r in runs) for name in runs[0]}
+    print(f"\n== Where the causal core's time goes at {(batch, n, d, h)}, float32 ==")
+    print(f"lib untimed {fmt_time(sdpa['lib'])}, SDPA(is_causal) {fmt_time(sdpa['sdpa'])}: "
+          f"lib / SDPA {sdpa['lib'] / sdpa['sdpa']:.2f}x; GFLOP/s count q k^T and P v over the "
+          "causal half")  # fmt: skip
+    products = sum(t for name, t in parts.items() if name in ("scores q k^T", "P @ v"))
+    for name, t in [*sorted(parts.items(), key=lambda item: -item[1]), ("all of these", None)]:
+        t = sum(parts.values()) if t is None else t
+        print(f"  {name:<22} {fmt_time(t)} {t / sdpa['lib']:6.0%} of lib")
+    print(f"  {'q k^T + P v':<22} {fmt_time(products)} = {flop / products / 1e9:.0f} GFLOP/s; "
+          f"SDPA's whole call = {flop / sdpa['sdpa'] / 1e9:.0f} GFLOP/s")  # fmt: skip
+    print(f"  the same {len(numpy_ops)} products replayed: NumPy {fmt_time(replay['numpy'])}, "
+          f"torch.matmul {fmt_time(replay['torch'])} ({flop / replay['torch'] / 1e9:.0f} "
+          f"GFLOP/s): NumPy / torch {replay['numpy'] / replay['torch']:.2f}x")  # fmt: skip
 
 
 def peak_bytes(fn) -> int:
