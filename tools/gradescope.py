@@ -251,9 +251,12 @@ def grade_submission(
     course: Path,
     cell_timeout: float,
     notebook_timeout: float,
+    strict_account: bool = False,
 ) -> dict:
     """Grade what was submitted against the course notebook ``source`` (``course`` is the
-    course's folder, watched for changes); never raises for anything the submission does."""
+    course's folder, watched for changes); never raises for anything the submission does.
+    ``strict_account``: as root, grade nothing rather than run the submission as root
+    (:func:`tools.grade.student_account`); Gradescope's ``run`` asks for it."""
     from tools import grade
 
     start = time.monotonic()
@@ -269,8 +272,9 @@ def grade_submission(
         shutil.copyfile(chosen, path)
         try:
             result = grade.grade_notebook(
-                path, source, "student", cell_timeout, notebook_timeout, strict_account=True
-            )
+                path, source, "student", cell_timeout, notebook_timeout,
+                strict_account=strict_account,
+            )  # fmt: skip
         except grade.UnsafeToGrade as exc:
             return results_json(exercises, problem=str(exc), seconds=time.monotonic() - start)
         except Exception as exc:  # noqa: BLE001 - the autograder reports, never crashes
@@ -299,6 +303,7 @@ def run(root: Path, course: Path = ROOT) -> int:
         course,
         float(os.environ.get("AUTOGRADER_CELL_TIMEOUT", "120")),
         float(os.environ.get("AUTOGRADER_NOTEBOOK_TIMEOUT", "480")),
+        strict_account=True,
     )
     results.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(data["output"])
