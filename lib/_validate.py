@@ -20,14 +20,14 @@ BIAS_NAMES = PARAM_NAMES[4:]
 # --------------------------------------------------------------------------- counts
 
 
-def count(value, name: str, low: int = 1) -> int:
-    """A whole number >= ``low``: an ``int`` or NumPy integer, not a bool or a float."""
+def integer(value, name: str, low: int | None = None) -> int:
+    """A whole number (>= ``low`` unless it is None), as a Python int: an ``int`` or NumPy
+    integer, not a bool or a float."""
+    rule = f"{name} must be an integer" + ("" if low is None else f" >= {low}")
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
-        raise ValueError(
-            f"{name} must be an integer >= {low}, got {value!r} ({type(value).__name__})"
-        )
-    if value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        raise ValueError(f"{rule}, got {value!r} ({type(value).__name__})")
+    if low is not None and value < low:
+        raise ValueError(f"{rule}, got {value!r}")
     return int(value)
 
 
@@ -51,8 +51,8 @@ def divisors(n: int) -> list[int]:
 
 def heads(d_model, n_heads) -> int:
     """d_k = d_model / n_heads, for a d_model >= 1 and a head count that divides it."""
-    d_model = count(d_model, "d_model")
-    n_heads = count(n_heads, "n_heads")
+    d_model = integer(d_model, "d_model", low=1)
+    n_heads = integer(n_heads, "n_heads", low=1)
     if d_model % n_heads:
         raise ValueError(
             f"d_model={d_model} is not divisible by n_heads={n_heads}; "
@@ -63,8 +63,8 @@ def heads(d_model, n_heads) -> int:
 
 def kv_heads(n_heads, n_kv_heads) -> int:
     """The group size n_heads / n_kv_heads, for a key/value head count that divides n_heads."""
-    n_heads = count(n_heads, "n_heads")
-    n_kv_heads = count(n_kv_heads, "n_kv_heads")
+    n_heads = integer(n_heads, "n_heads", low=1)
+    n_kv_heads = integer(n_kv_heads, "n_kv_heads", low=1)
     if n_heads % n_kv_heads:
         raise ValueError(
             f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}: each key/value head "

@@ -53,15 +53,15 @@ def softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
 def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
     """Boolean (n_q, n_k) mask: query i sees keys 0..i. With n_k > n_q the queries are the
     *last* n_q positions (earlier keys cached), so query i sees keys 0..i + (n_k - n_q)."""
-    n_q = V.count(n_q, "n_q", low=0)
-    n_k = n_q if n_k is None else V.count(n_k, "n_k", low=0)
+    n_q = V.integer(n_q, "n_q", low=0)
+    n_k = n_q if n_k is None else V.integer(n_k, "n_k", low=0)
     return np.tri(n_q, n_k, k=n_k - n_q, dtype=bool)
 
 
 def padding_mask(lengths, n_k: int) -> np.ndarray:
     """Boolean (batch, 1, 1, n_k) mask: key j of sequence b is real iff j < lengths[b]. It
     broadcasts over heads and queries; ``causal_mask(n) & padding_mask(lengths, n)`` works."""
-    n_k = V.count(n_k, "n_k", low=0)
+    n_k = V.integer(n_k, "n_k", low=0)
     lengths = V.integers(lengths, "lengths")
     bad = lengths[(lengths < 0) | (lengths > n_k)]
     if bad.size:

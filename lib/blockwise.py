@@ -132,7 +132,7 @@ def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, b
     for reading, not speed (a Python loop over tiles): :func:`attention` is the fast kernel.
     """
     q, k, v, mask, lead = V.attention_inputs(q, k, v, mask)  # one dtype
-    block_q, block_k = V.count(block_q, "block_q"), V.count(block_k, "block_k")
+    block_q, block_k = V.integer(block_q, "block_q", low=1), V.integer(block_k, "block_k", low=1)
     if mask is not None:  # a view with every axis, for slicing tiles out of it
         mask = np.broadcast_to(mask, lead + (q.shape[-2], k.shape[-2]))
     q = q * (1.0 / math.sqrt(q.shape[-1]))  # a Python float keeps float32 in float32

@@ -15,6 +15,7 @@ from importlib import resources
 
 import numpy as np
 
+from . import _validate as V
 from . import heads as H
 
 PROBE_SENTENCES = resources.files(__package__) / "data" / "probe_sentences.json"
@@ -78,11 +79,10 @@ def offset_masks(attention_mask, offset: int) -> tuple[np.ndarray, np.ndarray]:
             f"{mask.dtype} {mask.shape}"
         )
     mask = mask.astype(bool)
-    if isinstance(offset, bool) or not isinstance(offset, int | np.integer):
-        raise ValueError(f"offset must be an integer, got {offset!r}")
+    offset = V.integer(offset, "offset")
     i = np.arange(mask.shape[1])
     pair = mask[:, :, None] & mask[:, None, :]  # (batch, n_q, n_k): both real
-    targets = pair & (i[None, None, :] == i[None, :, None] + int(offset))
+    targets = pair & (i[None, None, :] == i[None, :, None] + offset)
     return targets, targets.any(axis=-1)
 
 

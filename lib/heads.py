@@ -7,7 +7,6 @@ probability distributions or all zeros (a query that attended to nothing).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -107,6 +106,7 @@ def offset_score(weights, offset: int = -1) -> np.ndarray:
     """Mean weight each head puts on the key ``offset`` positions from the query: (heads,),
     over the queries i whose key i + offset exists (-1: previous token, 0: itself)."""
     weights = _check_weights(weights)
+    offset = V.integer(offset, "offset")
     n_q, n_k = weights.shape[-2:]
     queries = np.arange(n_q)
     keys = queries + offset
@@ -124,7 +124,7 @@ def head_roles(weights, offsets: Sequence[int], threshold: float = 0.5) -> np.nd
     i - o gets the most mean weight (ties: the first listed), if that is at least
     ``threshold``; 0 for a head with no single lookup. (heads,) integers."""
     weights = _check_weights(weights)
-    offsets = _ints(offsets, "offsets", positive=True)
+    offsets = _integers(offsets, "offsets", low=1)
     if len(set(offsets)) != len(offsets):
         raise ValueError(f"offsets must be different numbers, got {list(offsets)}")
     if not 0 < threshold <= 1:
@@ -154,9 +154,10 @@ def head_count_sweep(
     ``"entropy"`` (:func:`head_entropy_normalised`, (h,)) and ``"mean_weights"`` (each head's
     attention averaged over the held-out sequences, (h, n, n)).
     """
-    head_counts = _ints(head_counts, "head_counts", positive=True)
-    seeds = _ints(seeds, "seeds")
-    budget, eval_every = V.count(budget, "budget"), V.count(eval_every, "eval_every")
+    head_counts = _integers(head_counts, "head_counts", low=1)
+    seeds = _integers(seeds, "seeds")
+    budget = V.integer(budget, "budget", low=1)
+    eval_every = V.integer(eval_every, "eval_every", low=1)
     if not 0 < target <= 1:
         raise ValueError(f"target must be an accuracy in (0, 1], got {target}")
     eval_ids = np.asarray(eval_data[0])
@@ -182,12 +183,9 @@ def head_count_sweep(
     return results
 
 
-def _ints(values, name: str, positive: bool = False) -> list[int]:
+def _integers(values, name: str, low: int | None = None) -> list[int]:
+    """A non-empty list (or 1-D array) of whole numbers, each >= ``low`` unless it is None."""
     values = list(np.atleast_1d(np.asarray(values, dtype=object)))
-    if not values or not all(
-        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values
-    ):
-        raise ValueError(f"{name} must be a non-empty list of integers, got {values}")
-    if positive and min(values) < 1:
-        raise ValueError(f"{name} must be integers >= 1, got {[int(v) for v in values]}")
-    return [int(v) for v in values]
+    if not values:
+        raise ValueError(f"{name} must be a non-empty list of integers, got []")
+    return [V.integer(v, f"{name}[{i}]", low) for i, v in enumerate(values)]

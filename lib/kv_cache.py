@@ -67,10 +67,10 @@ def gqa_from_mha(params: A.MHAParams, n_kv_heads: int) -> A.MHAParams:
 def cache_bytes_per_token(n_layers: int, n_kv_heads: int, d_k: int, bytes_per_number: int = 2):
     """Bytes the KV cache holds per token: a key and a value of n_kv_heads * d_k numbers in
     each of n_layers layers (2 bytes per number in float16/bfloat16)."""
-    n_layers = V.count(n_layers, "n_layers")
-    n_kv_heads = V.count(n_kv_heads, "n_kv_heads")
-    d_k = V.count(d_k, "d_k")
-    bytes_per_number = V.count(bytes_per_number, "bytes_per_number")
+    n_layers = V.integer(n_layers, "n_layers", low=1)
+    n_kv_heads = V.integer(n_kv_heads, "n_kv_heads", low=1)
+    d_k = V.integer(d_k, "d_k", low=1)
+    bytes_per_number = V.integer(bytes_per_number, "bytes_per_number", low=1)
     return 2 * n_layers * n_kv_heads * d_k * bytes_per_number
 
 
@@ -99,8 +99,8 @@ class Decoder:
 
     def __init__(self, params: A.MHAParams, batch: int = 1, max_len: int = 2048):
         A.check_params(params)
-        self.batch = V.count(batch, "batch")
-        self.max_len = V.count(max_len, "max_len")
+        self.batch = V.integer(batch, "batch", low=1)
+        self.max_len = V.integer(max_len, "max_len", low=1)
         copies = {name: a.copy() for name, a in params.arrays().items()}  # read-only, below
         for a in copies.values():
             a.flags.writeable = False

@@ -75,7 +75,7 @@ def softmax(row: list[float]) -> list[float]:
 
 def causal_mask(n: int) -> Mask:
     """n x n mask: query i may attend to keys 0..i (itself and the past)."""
-    n = V_.count(n, "n", low=0)
+    n = V_.integer(n, "n", low=0)
     return [[j <= i for j in range(n)] for i in range(n)]
 
 
@@ -132,7 +132,7 @@ def _all_finite(A: Matrix) -> bool:
 def split_columns(A: Matrix, n_parts: int) -> list[Matrix]:
     """Cut the columns of A into ``n_parts`` equal blocks (one per head)."""
     rows, cols = shape(A)
-    n_parts = V_.count(n_parts, "n_parts")
+    n_parts = V_.integer(n_parts, "n_parts", low=1)
     if cols % n_parts:
         raise ValueError(f"cannot split {cols} columns into {n_parts} equal parts")
     width = cols // n_parts

@@ -61,13 +61,6 @@ BASE = 10000.0
 # --------------------------------------------------------------------------- checks
 
 
-def _integer(value, name: str) -> int:
-    """A whole number of any sign: an ``int`` or NumPy integer, not a bool or a float."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    return int(value)
-
-
 def _base(value, name: str = "base") -> float:
     """The base of the frequencies ``base^(-2i / d)`` of sinusoidal positions and RoPE: a finite
     real number > 1 (not a bool), as a Python float.
@@ -98,8 +91,8 @@ def query_positions(n_q: int, n_k: int) -> np.ndarray:
     """Positions of the n_q queries against keys at 0..n_k-1: ``n_k - n_q + i``, the last n_q
     positions, as :func:`lib.attention.causal_mask` aligns them (with n_q > n_k the first
     ones are negative: those queries see no key under a causal mask)."""
-    n_q = V.count(n_q, "n_q", low=0)
-    n_k = V.count(n_k, "n_k", low=0)
+    n_q = V.integer(n_q, "n_q", low=0)
+    n_k = V.integer(n_k, "n_k", low=0)
     return np.arange(n_q) + (n_k - n_q)
 
 
@@ -116,8 +109,8 @@ def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64)
     """Vaswani et al.'s table, (n, d_model): ``PE[p, 2i] = sin(p w_i)``,
     ``PE[p, 2i + 1] = cos(p w_i)``, ``w_i = base^(-2i / d_model)`` (sin and cos interleaved,
     as in the paper; d_model must be even)."""
-    n = V.count(n, "n", low=0)
-    d_model = V.count(d_model, "d_model")
+    n = V.integer(n, "n", low=0)
+    d_model = V.integer(d_model, "d_model", low=1)
     V.even(d_model, "d_model", "sin and cos come in pairs")
     base = _base(base)
     dtype = V.float_dtype(dtype)
@@ -136,8 +129,8 @@ def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:
     written for row vectors). It does not depend on p: a shift of position is the same
     linear map everywhere. R_{-k} is its transpose (and its inverse).
     """
-    k = _integer(k, "k")
-    d_model = V.count(d_model, "d_model")
+    k = V.integer(k, "k")
+    d_model = V.integer(d_model, "d_model", low=1)
     V.even(d_model, "d_model", "sin and cos come in pairs")
     base = _base(base)
     angle = k * frequencies(d_model, base)
@@ -233,7 +226,7 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
     slopes of the largest power of two below n, then every other slope of the sequence for
     twice that power, as many as are missing.
     """
-    n_heads = V.count(n_heads, "n_heads")
+    n_heads = V.integer(n_heads, "n_heads", low=1)
     below = 2 ** int(math.floor(math.log2(n_heads)))
 
     def geometric(n: int) -> np.ndarray:

@@ -16,7 +16,7 @@ def best_time(fn, *args, repeat: int = 3, number: int = 1, budget: float | None 
     seconds per call. ``number`` > 1 times calls too short for the clock one by one;
     ``budget`` (seconds) stops starting new timings once it is spent, so that a slow
     function is timed fewer times (always at least once)."""
-    repeat, number = V.count(repeat, "repeat"), V.count(number, "number")
+    repeat, number = V.integer(repeat, "repeat", low=1), V.integer(number, "number", low=1)
     times, start = [], time.perf_counter()
     while len(times) < repeat and (
         not times or budget is None or time.perf_counter() - start < budget

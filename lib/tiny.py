@@ -89,7 +89,7 @@ def last_marked_task(
     offset: notebook 09's second task. Returns ids and targets, both (n_seqs, seq_len), int64.
     """
     _check_task_args(n_seqs, seq_len, vocab_size)
-    n_marked = V.count(n_marked, "n_marked")
+    n_marked = V.integer(n_marked, "n_marked", low=1)
     if n_marked >= vocab_size:
         raise ValueError(
             f"n_marked must be below vocab_size={vocab_size} (some tokens unmarked), got {n_marked}"
@@ -102,9 +102,9 @@ def last_marked_task(
 
 
 def _check_task_args(n_seqs: int, seq_len: int, vocab_size: int) -> None:
-    V.count(n_seqs, "n_seqs", low=1)
-    V.count(seq_len, "seq_len", low=2)
-    V.count(vocab_size, "vocab_size", low=2)
+    V.integer(n_seqs, "n_seqs", low=1)
+    V.integer(seq_len, "seq_len", low=2)
+    V.integer(vocab_size, "vocab_size", low=2)
 
 
 # --------------------------------------------------------------------------- the model
@@ -256,7 +256,7 @@ def init_tiny_model(
     d_k = V.heads(d_model, n_heads)
     for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("n_classes", n_classes),
                         ("n_slots", n_slots)):  # fmt: skip
-        V.count(value, name)
+        V.integer(value, name, low=1)
     dtype = V.float_dtype(dtype)
     V.one_of(positions, "positions", POS.SCHEMES)
     if positions == "rope":
@@ -416,10 +416,10 @@ def position_experiment(
     was trained on are scored. Returns one record ``{"scheme", "seed", "length",
     "accuracy"}`` per (scheme, seed, length), in that order of loops.
     """
-    V.count(n_steps, "n_steps")
-    train_len = V.count(train_len, "train_len", low=2)
+    V.integer(n_steps, "n_steps", low=1)
+    train_len = V.integer(train_len, "train_len", low=2)
     for n in test_lens:
-        if V.count(n, "test length", low=2) < train_len:
+        if V.integer(n, "test length", low=2) < train_len:
             raise ValueError(f"test lengths must be >= train_len={train_len}, got {n}")
     held_out = {}
     for n in sorted({train_len, *test_lens}):

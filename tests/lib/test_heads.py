@@ -115,6 +115,9 @@ def test_offset_score():
     np.testing.assert_array_equal(H.offset_score(w, 0), [0.25, 1.0])
     with pytest.raises(ValueError, match="offset=4"):
         H.offset_score(w, 4)
+    for bad in (0.5, True):  # not an index NumPy would refuse in its own words, or accept
+        with pytest.raises(ValueError, match=f"offset must be an integer, got {bad}"):
+            H.offset_score(w, bad)
 
 
 # --------------------------------------------------------------------------- head roles (06)
@@ -143,9 +146,9 @@ def test_head_roles_names_the_offset_each_head_looks_at():
     "offsets, threshold, match",
     [
         ((), 0.5, "offsets must be a non-empty list of integers"),
-        ((1, 0), 0.5, r"offsets must be integers >= 1, got \[1, 0\]"),
+        ((1, 0), 0.5, r"offsets\[1\] must be an integer >= 1, got 0"),
         ((1, 1), 0.5, "different numbers"),
-        ((1.5,), 0.5, "integers"),
+        ((1.5,), 0.5, r"offsets\[0\] must be an integer >= 1, got 1.5 \(float\)"),
         ((1,), 0.0, r"threshold must be in \(0, 1\]"),
     ],
 )
@@ -205,8 +208,9 @@ def test_head_count_sweep_measures_each_seeded_run_on_the_held_out_data():
     "change, match",
     [
         ({"head_counts": []}, "head_counts must be a non-empty list of integers"),
-        ({"head_counts": [0, 2]}, r"head_counts must be integers >= 1, got \[0, 2\]"),
-        ({"seeds": [0.5]}, "seeds must be a non-empty list of integers"),
+        ({"head_counts": [0, 2]}, r"head_counts\[0\] must be an integer >= 1, got 0"),
+        ({"seeds": [0.5]}, r"seeds\[0\] must be an integer, got 0.5 \(float\)"),
+        ({"seeds": [1, True]}, r"seeds\[1\] must be an integer, got True \(bool\)"),
         ({"budget": 0}, "budget must be an integer >= 1, got 0"),
         ({"eval_every": True}, "eval_every must be an integer >= 1, got True"),
         ({"target": 1.5}, r"target must be an accuracy in \(0, 1\], got 1.5"),

@@ -41,7 +41,7 @@ PREDICATES = {"all_finite", "scores_fit"}
 # Checks kept in the module that needs them (called by name, or as A.check_params, or as
 # self._new_tokens): deleted like the checks of lib._validate.
 LOCAL_CHECKS = {
-    "check_params", "_head_mask", "_new_tokens", "_score_bias", "_no_nan_or_posinf", "_integer",
+    "check_params", "_head_mask", "_new_tokens", "_score_bias", "_no_nan_or_posinf",
     "_base", "_token_positions", "_list_mask", "_list_matrix", "_list_shape", "_list_row",
     "_list_overflow", "_mha_inputs", "param_fields", "promoted",
 }  # fmt: skip
