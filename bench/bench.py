@@ -9,6 +9,7 @@ time of each is reported. Absolute times are printed for orientation only.
     python bench/bench.py --only torch --threads 2   # one section, two threads
     python bench/bench.py --only parts   # where the time goes at the smallest torch shape
     python bench/bench.py --only causal-parts   # and in the causal core
+    python bench/bench.py --only weights-parts  # and with the per-head weights kept
     python bench/bench.py --only grading --students 20  # grade.py vs nbgrader autograde
 """
 
@@ -558,8 +559,8 @@ def bench_torch_parts(reps: int, threads: int, shape=TORCH_SHAPES[0]) -> None:
 
 
 SECTIONS = (
-    "lists", "loop", "gflops", "training", "bert", "torch", "parts", "causal-parts", "scale",
-    "grading",
+    "lists", "loop", "gflops", "training", "bert", "torch", "parts", "causal-parts",
+    "weights-parts", "scale", "grading",
 )  # fmt: skip
 # --------------------------------------------------------------------------- pretrained BERT
 
@@ -739,6 +740,10 @@ def main() -> None:
         from scale import bench_causal_parts
 
         bench_causal_parts(reps)
+    if "weights-parts" in run:
+        from scale import bench_weights_parts
+
+        bench_weights_parts(reps, _torch_layers_from_lib)
     if "scale" in run:
         from scale import bench_scale
 

@@ -203,6 +203,112 @@ def bench_causal_parts(reps: int) -> None:
           f"GFLOP/s): NumPy / torch {replay['numpy'] / replay['torch']:.2f}x")  # fmt: skip
 
 
+WEIGHTS_SHAPES = [((8, 512, 512, 8), np.float32), ((2, 2048, 512, 8), np.float64)]
+
+
+class _TimedKernel(_TimedNumPy):
+    """:class:`_TimedNumPy` for the whole layer: the softmax's calls told apart."""
+
+    def part(self, name, args) -> str:
+        if name == "matmul":
+            return super().part(name, args)
+        if name == "multiply":  # o *= 1/sum (d_k per row) or the kept weights (n_k per row)
+            return "normalise o" if args[0].shape[-1] == self.d_k else "normalise weights"
+        return {"exp": "exp", "divide": "1 / row sums"}.get(name, "row max, mask, zeros")
+
+
+def _torch_profile(fn, rounds: int, d_k: int) -> dict[str, float]:
+    """Seconds per call of each kind of operation torch runs in ``fn``, by its profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(rounds):
+            fn()
+    parts: dict[str, float] = {}
+    for e in prof.key_averages(group_by_input_shape=True):
+        if e.key in ("aten::addmm", "aten::mm", "aten::linear"):
+            part = "projections"
+        elif e.key in ("aten::bmm", "aten::baddbmm"):
+            second = e.input_shapes[-2] if e.key == "aten::baddbmm" else e.input_shapes[1]
+            part = "scores q k^T" if second[-2] == d_k else "P @ v"
+        elif e.key in ("aten::_softmax", "aten::softmax"):
+            part = "softmax"
+        else:
+            part = "other"
+        parts[part] = parts.get(part, 0.0) + e.self_cpu_time_total / 1e6 / rounds
+    return parts
+
+
+def bench_weights_parts(reps: int, torch_layers) -> None:
+    """Where the time goes when the per-head weights are kept: lib's fast path with weights,
+    its NumPy calls timed by kind, against nn.MultiheadAttention with weights, its
+    operations timed by torch's profiler (one thread each). ``torch_layers(params, dtype)``:
+    the torch layers with lib's weights (bench.py's)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    for (batch, n, d, h), dtype in WEIGHTS_SHAPES:
+        rng = np.random.default_rng(0)
+        params = A.init_mha_params(d, h, rng, bias=True, dtype=dtype)
+        x = rng.normal(size=(batch, n, d)).astype(dtype)
+        mha, _ = torch_layers(params, torch.from_numpy(x).dtype)
+        xt = torch.from_numpy(x)
+
+        def mha_w(x=xt, layer=mha):
+            return layer(x, x, x, average_attn_weights=False)
+
+        def lib_w(x=x, p=params):
+            return BW.multi_head_attention(x, x, p)
+
+        rounds = max(6, reps // 2)
+        with threadpool_limits(limits=1), torch.inference_mode():
+            whole = interleaved_medians({"lib+w": lib_w, "mha+w": mha_w}, reps=rounds)
+            runs, project = [], A.project
+            for _ in range(rounds):
+                timed = _TimedKernel(d // h)
+
+                def timed_project(*args, timed=timed, project=project):
+                    start = time.perf_counter()
+                    out = project(*args)
+                    timed.seconds["projections"] = (
+                        timed.seconds.get("projections", 0.0) + time.perf_counter() - start
+                    )
+                    return out
+
+                BW.np, A.project = timed, timed_project
+                try:
+                    start = time.perf_counter()
+                    lib_w()
+                    total = time.perf_counter() - start
+                finally:
+                    BW.np, A.project = np, project
+                timed.seconds["other"] = total - sum(timed.seconds.values())
+                runs.append(timed.seconds)
+            torch_parts = _torch_profile(mha_w, rounds, d // h)
+        lib_parts = {name: statistics.median(r[name] for r in runs) for name in runs[0]}
+        print(f"\n== Where the time goes with the weights kept, {(batch, n, d, h)}, "
+              f"{np.dtype(dtype).name}, no mask ==")  # fmt: skip
+        print(f"untimed: lib+w {fmt_time(whole['lib+w'])}, mha+w {fmt_time(whole['mha+w'])}: "
+              f"lib+w / mha+w {whole['lib+w'] / whole['mha+w']:.2f}x")  # fmt: skip
+        print("lib: its NumPy calls timed one by one ('other': the rest of the call); torch:")
+        print("  its operations' own time by torch.profiler ('other': copies, views, and so on)")
+        softmax = ("exp", "row sums S @ ones", "1 / row sums", "row max, mask, zeros",
+                   "normalise weights", "normalise o")  # fmt: skip
+        lib_parts["softmax"] = sum(lib_parts.get(name, 0.0) for name in softmax)
+        print(f"  {'part':<24} {'lib+w':>11} {'mha+w':>11} {'lib / mha':>9}")
+        for name in ("projections", "scores q k^T", "P @ v", "softmax", *softmax, "other"):
+            t_lib, t_torch = lib_parts.get(name, 0.0), torch_parts.get(name)
+            indent = "    " if name in softmax else "  "
+            line = f"{indent}{name:<{26 - len(indent)}} {fmt_time(t_lib)}"
+            if t_torch is not None:
+                line += f" {fmt_time(t_torch)} {t_lib / t_torch:8.2f}x"
+            print(line)
+        total_lib = statistics.median(sum(r.values()) for r in runs)
+        total_torch = sum(torch_parts.values())
+        print(f"  {'all (timed runs)':<24} {fmt_time(total_lib)} {fmt_time(total_torch)}")
+
+
 def peak_bytes(fn) -> int:
     """NumPy's peak allocation while fn runs (tracemalloc sees NumPy's buffers)."""
     tracemalloc.start()
