@@ -307,6 +307,14 @@ def bench_weights_parts(reps: int, torch_layers) -> None:
         total_lib = statistics.median(sum(r.values()) for r in runs)
         total_torch = sum(torch_parts.values())
         print(f"  {'all (timed runs)':<24} {fmt_time(total_lib)} {fmt_time(total_torch)}")
+    values = np.random.default_rng(0).normal(size=1 << 22)
+    print("\nNumPy's exp alone, on 2^22 numbers:", end="")
+    for dtype in (np.float32, np.float64):
+        x = values.astype(dtype)
+        out = np.empty_like(x)
+        t = interleaved_medians({"exp": lambda x=x, out=out: np.exp(x, out=out)}, reps)
+        print(f" {np.dtype(dtype).name} {t['exp'] / x.size * 1e9:.1f} ns", end="")
+    print(" per number")
 
 
 def peak_bytes(fn) -> int:
