@@ -217,16 +217,16 @@ class _TimedKernel(_TimedNumPy):
         return {"exp": "exp", "divide": "1 / row sums"}.get(name, "row max, mask, zeros")
 
 
-def _torch_profile(fn, rounds: int, d_k: int) -> dict[str, float]:
-    """Seconds per call of each kind of operation torch runs in ``fn``, by its profiler."""
+def _torch_call_parts(fn, d_k: int) -> dict[str, float]:
+    """Seconds of each kind of operation torch runs in one call of ``fn``, by its profiler
+    (each operation's own time: a linear layer's time is its addmm's)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        for _ in range(rounds):
-            fn()
+        fn()
     parts: dict[str, float] = {}
     for e in prof.key_averages(group_by_input_shape=True):
-        if e.key in ("aten::addmm", "aten::mm", "aten::linear"):
+        if e.key in ("aten::addmm", "aten::mm"):
             part = "projections"
         elif e.key in ("aten::bmm", "aten::baddbmm"):
             second = e.input_shapes[-2] if e.key == "aten::baddbmm" else e.input_shapes[1]
@@ -235,19 +235,46 @@ def _torch_profile(fn, rounds: int, d_k: int) -> dict[str, float]:
             part = "softmax"
         else:
             part = "other"
-        parts[part] = parts.get(part, 0.0) + e.self_cpu_time_total / 1e6 / rounds
+        parts[part] = parts.get(part, 0.0) + e.self_cpu_time_total / 1e6
     return parts
+
+
+def _lib_call_parts(fn, d_k: int) -> dict[str, float]:
+    """Seconds of each kind of NumPy call in one call of ``fn`` (lib's fast path): the
+    kernel loop's calls by :class:`_TimedKernel`, the projections (``A.project``), and
+    'other', the rest of the call."""
+    timed, project = _TimedKernel(d_k), A.project
+
+    def timed_project(*args):
+        start = time.perf_counter()
+        out = project(*args)
+        seconds = time.perf_counter() - start
+        timed.seconds["projections"] = timed.seconds.get("projections", 0.0) + seconds
+        return out
+
+    BW.np, A.project = timed, timed_project
+    try:
+        start = time.perf_counter()
+        fn()
+        total = time.perf_counter() - start
+    finally:
+        BW.np, A.project = np, project
+    timed.seconds["other"] = total - sum(timed.seconds.values())
+    return timed.seconds
 
 
 def bench_weights_parts(reps: int, torch_layers) -> None:
     """Where the time goes when the per-head weights are kept: lib's fast path with weights,
     its NumPy calls timed by kind, against nn.MultiheadAttention with weights, its
-    operations timed by torch's profiler (one thread each). ``torch_layers(params, dtype)``:
-    the torch layers with lib's weights (bench.py's)."""
+    operations timed by torch's profiler (one thread each). The two are timed in the same
+    rounds, taking turns to go first, and each part's ratio is the median over rounds.
+    ``torch_layers(params, dtype)``: the torch layers with lib's weights (bench.py's)."""
     import torch
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(1)
+    softmax = ("exp", "row sums S @ ones", "1 / row sums", "row max, mask, zeros",
+               "normalise weights", "normalise o")  # fmt: skip
     for (batch, n, d, h), dtype in WEIGHTS_SHAPES:
         rng = np.random.default_rng(0)
         params = A.init_mha_params(d, h, rng, bias=True, dtype=dtype)
@@ -263,50 +290,39 @@ def bench_weights_parts(reps: int, torch_layers) -> None:
 
         rounds = max(6, reps // 2)
         with threadpool_limits(limits=1), torch.inference_mode():
-            whole = interleaved_medians({"lib+w": lib_w, "mha+w": mha_w}, reps=rounds)
-            runs, project = [], A.project
-            for _ in range(rounds):
-                timed = _TimedKernel(d // h)
-
-                def timed_project(*args, timed=timed, project=project):
-                    start = time.perf_counter()
-                    out = project(*args)
-                    timed.seconds["projections"] = (
-                        timed.seconds.get("projections", 0.0) + time.perf_counter() - start
-                    )
-                    return out
-
-                BW.np, A.project = timed, timed_project
-                try:
-                    start = time.perf_counter()
-                    lib_w()
-                    total = time.perf_counter() - start
-                finally:
-                    BW.np, A.project = np, project
-                timed.seconds["other"] = total - sum(timed.seconds.values())
-                runs.append(timed.seconds)
-            torch_parts = _torch_profile(mha_w, rounds, d // h)
-        lib_parts = {name: statistics.median(r[name] for r in runs) for name in runs[0]}
+            t = interleaved_times({"lib+w": lib_w, "mha+w": mha_w}, reps=rounds)
+            lib_runs, torch_runs = [], []
+            for r in range(rounds):  # one timed call of each, taking turns to go first
+                for side in ("lib", "torch") if r % 2 == 0 else ("torch", "lib"):
+                    if side == "lib":
+                        lib_runs.append(_lib_call_parts(lib_w, d // h))
+                    else:
+                        torch_runs.append(_torch_call_parts(mha_w, d // h))
+        for run in lib_runs:
+            run["softmax"] = sum(run.get(name, 0.0) for name in softmax)
+            run["all"] = sum(run.values()) - run["softmax"]
+        for run in torch_runs:
+            run["all"] = sum(run.values())
         print(f"\n== Where the time goes with the weights kept, {(batch, n, d, h)}, "
               f"{np.dtype(dtype).name}, no mask ==")  # fmt: skip
-        print(f"untimed: lib+w {fmt_time(whole['lib+w'])}, mha+w {fmt_time(whole['mha+w'])}: "
-              f"lib+w / mha+w {whole['lib+w'] / whole['mha+w']:.2f}x")  # fmt: skip
+        print(f"untimed, {rounds} rounds: lib+w {fmt_time(statistics.median(t['lib+w']))}, "
+              f"mha+w {fmt_time(statistics.median(t['mha+w']))}: lib+w / mha+w "
+              f"{median_ratio(t, 'lib+w', 'mha+w'):.2f}x")  # fmt: skip
         print("lib: its NumPy calls timed one by one ('other': the rest of the call); torch:")
-        print("  its operations' own time by torch.profiler ('other': copies, views, and so on)")
-        softmax = ("exp", "row sums S @ ones", "1 / row sums", "row max, mask, zeros",
-                   "normalise weights", "normalise o")  # fmt: skip
-        lib_parts["softmax"] = sum(lib_parts.get(name, 0.0) for name in softmax)
+        print("  its operations' own time by torch.profiler ('other': copies, views, and so on);")
+        print("  medians over rounds; lib / mha: median over rounds of the ratio in each round")
         print(f"  {'part':<24} {'lib+w':>11} {'mha+w':>11} {'lib / mha':>9}")
-        for name in ("projections", "scores q k^T", "P @ v", "softmax", *softmax, "other"):
-            t_lib, t_torch = lib_parts.get(name, 0.0), torch_parts.get(name)
+        for name in ("projections", "scores q k^T", "P @ v", "softmax", *softmax, "other", "all"):
+            t_lib = statistics.median(run.get(name, 0.0) for run in lib_runs)
             indent = "    " if name in softmax else "  "
             line = f"{indent}{name:<{26 - len(indent)}} {fmt_time(t_lib)}"
-            if t_torch is not None:
-                line += f" {fmt_time(t_torch)} {t_lib / t_torch:8.2f}x"
+            if name in torch_runs[0]:
+                t_torch = statistics.median(run[name] for run in torch_runs)
+                ratio = statistics.median(
+                    a.get(name, 0.0) / b[name] for a, b in zip(lib_runs, torch_runs, strict=True)
+                )
+                line += f" {fmt_time(t_torch)} {ratio:8.2f}x"
             print(line)
-        total_lib = statistics.median(sum(r.values()) for r in runs)
-        total_torch = sum(torch_parts.values())
-        print(f"  {'all (timed runs)':<24} {fmt_time(total_lib)} {fmt_time(total_torch)}")
     values = np.random.default_rng(0).normal(size=1 << 22)
     print("\nNumPy's exp alone, on 2^22 numbers:", end="")
     for dtype in (np.float32, np.float64):
