@@ -16,14 +16,13 @@
      error node, an unknown command) or a ``$`` left in the prose (a formula not found);
    - a link within the site to a file that is not there, or to an anchor (``#...``) that its
      page does not have;
-   - a notebook's figure without an alt text that says what it shows (read from the page's
-     HTML file: ``figure_alt_problems``).
    - (accessibility) a serious or critical violation found by axe-core (pinned in
      tools/axe/, installed with npm into build/axe, injected into the page: no outside
      request), in light mode and again in dark mode (the rules colours decide);
    - headings out of order: not exactly one h1, or a level skipped (h2 then h4);
    - a figure that is not opaque (each image decoded in a canvas: a see-through figure
-     vanishes on a dark background) or whose alt text is missing or its file name;
+     vanishes on a dark background); a notebook's figure whose alt text does not say what
+     it shows (tools/figure_alt.py) or repeats another's, any other image without one;
    - at phone width (390 px), a page that scrolls sideways (code blocks and tables scroll in
      their own box); its screenshot is saved in build/site-screenshots/.
 3. Types words into the search page and requires a result from the right notebook (Sphinx's
@@ -36,7 +35,8 @@
    purpose (a missing image, a dead anchor, a link to a missing page, an untypeset formula,
    an unknown command, an outside image, a console error, and for the accessibility checks
    faint text and code, skipped and doubled headings, a box wider than a phone, a
-   see-through figure, a figure with no alt), and for search the snippet script emptied and
+   see-through figure, a figure with no alt, a notebook's figure with a two-word alt), and
+   for search the snippet script emptied and
    the solution-only words indexed; every fault must be reported, or the run fails.
 
 Prints one line per page and every problem, then ``test-site: N passed, M failed``; exits 1
@@ -57,7 +57,6 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -247,37 +246,7 @@ class Browser:
         result.problems += dead_links(folder, server.base, path, internal)
         result.problems += reader_problems(path, found["reader"], server.base)
         result.problems += a11y_problems
-        result.problems += figure_alt_problems((folder / path).read_text())
         return result
-
-
-class _Images(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.found: list[dict[str, str | None]] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "img":
-            self.found.append(dict(attrs))
-
-
-def figure_alt_problems(html: str) -> list[str]:
-    """A notebook's figures (the images myst-nb writes to _images/) without an alt text that
-    says what they show: missing (docutils then puts the file's address in ``alt``), short,
-    generic (tools/figure_alt.py) or the same as another figure's on the page."""
-    parser = _Images()
-    parser.feed(html)
-    problems, seen = [], set()
-    for img in parser.found:
-        src, alt = img.get("src") or "", img.get("alt")
-        if "_images/" not in src:
-            continue
-        why = alt_text_problem(None if alt == src else alt)
-        if why is None and alt in seen:
-            why = f"alt text {alt!r} is the same as another figure's"
-        seen.add(alt)
-        problems += [f"figure {src.rsplit('/', 1)[-1]}: {why}"] if why else []
-    return problems
 
 
 @functools.cache
@@ -887,15 +856,25 @@ def heading_problems(headings: list[dict]) -> list[str]:
 
 
 def figure_problems(figures: list[dict], base: str) -> list[str]:
-    """Figures that are not opaque; figures whose alt text is missing or only their file's
-    name (what myst-nb writes when a notebook gives none: axe-core takes it for alt text)."""
-    problems = []
+    """Figures that are not opaque, and figures without an alt text: a notebook's figure (in
+    _images/, where myst-nb writes them) needs one that says what it shows (the course's
+    rule, tools/figure_alt.py) and differs from every other figure's on the page; any other
+    image needs one that is not its file's name (what docutils writes when none is given)."""
+    problems, seen = [], set()
     for f in figures:
         src = f["src"][len(base) :] if f["src"].startswith(base) else f["src"][:80]
         alt = (f.get("alt") or "").strip()
-        if not alt or re.fullmatch(r"\S*\.(png|jpe?g|svg|gif|webp)", alt):
-            line = f"figure without alt text ({'alt is its file name' if alt else 'no alt'}): {src}"
-            problems.append(line)
+        if re.fullmatch(r"\S*\.(png|jpe?g|svg|gif|webp)", alt):
+            why = "its alt text is its file name (none was given)"
+        elif "_images/" in src:
+            why = alt_text_problem(alt)
+            if why is None and alt in seen:
+                why = f"alt text {alt!r} is the same as another figure's"
+            seen.add(alt)
+        else:
+            why = None if alt else "no alt text"
+        if why:
+            problems.append(f"figure {src}: {why}")
         if "error" in f:
             problems.append(f"figure could not be read back: {src} ({f['error']})")
         elif f["seeThrough"]:
@@ -965,7 +944,8 @@ EXPECTED = [
 
 # The accessibility checks' own faults, planted on the same page: text and a code token with
 # too little contrast (axe, both modes), a second h1 and a heading five levels below it, a box
-# wider than a phone, a see-through figure, a figure with no alt text.
+# wider than a phone, a see-through figure, a figure with no alt text, a notebook's figure
+# (in _images/) whose alt text does not say what it shows.
 PLANTED_A11Y = (
     '<p style="color:#c8c8c8;background:#ffffff">Grey on white, too faint to read.</p>'
     '<div class="highlight"><pre><span class="n">x</span> = <span class="n">y</span> '
@@ -974,6 +954,7 @@ PLANTED_A11Y = (
     '<div style="width:600px">A box wider than a phone.</div>'
     '<p><img src="see-through.png" alt="a see-through square"></p>'
     '<p><img src="see-through.png?no-alt"></p>'
+    '<p><img src="../_images/planted.png" alt="a plot"></p>'
 )
 EXPECTED_A11Y = [
     r"^axe \(light mode\): serious color-contrast on 2 element",  # the text and the code
@@ -984,7 +965,9 @@ EXPECTED_A11Y = [
     r"^figure not opaque: notebooks/see-through\.png \(100% of its pixels see-through\)$",
     r"^figure not opaque: notebooks/see-through\.png\?no-alt \(100% of its pixels",
     r"^axe \(light mode\): critical image-alt on 1 element",
-    r"^figure without alt text \(no alt\): notebooks/see-through\.png\?no-alt$",
+    r"^figure notebooks/see-through\.png\?no-alt: no alt text$",
+    r"^figure _images/planted\.png: alt text 'a plot' is too short: say what the figure shows$",
+    r"^figure not opaque: _images/planted\.png \(100% of its pixels see-through\)$",
 ]
 
 
@@ -1016,6 +999,7 @@ def self_check(browser: Browser) -> list[str]:
         html = plant_reader_faults(folder, page.read_text())
         page.write_text(html.replace("</article>", PLANTED + PLANTED_A11Y + "</article>", 1))
         (page.parent / "see-through.png").write_bytes(see_through_png())
+        (folder / "_images" / "planted.png").write_bytes(see_through_png())
         plant_search_faults(folder)
         with Server(folder) as server:
             checked = browser.check(server, folder, BROKEN_PAGE)
