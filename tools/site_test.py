@@ -36,8 +36,8 @@
    an unknown command, an outside image, a console error, and for the accessibility checks
    faint text and code, skipped and doubled headings, a box wider than a phone, a
    see-through figure, a figure with no alt, a notebook's figure with a two-word alt), and
-   for search the snippet script emptied and
-   the solution-only words indexed; every fault must be reported, or the run fails.
+   for search the snippet script emptied and the solution-only words indexed; every fault
+   must be reported, or the run fails.
 
 Prints one line per page and every problem, then ``test-site: N passed, M failed``; exits 1
 if anything failed, 2 if Chromium, Playwright or npm (for axe-core) is missing.
