@@ -10,6 +10,7 @@ time of each is reported. Absolute times are printed for orientation only.
     python bench/bench.py --only parts   # where the time goes at the smallest torch shape
     python bench/bench.py --only causal-parts   # and in the causal core
     python bench/bench.py --only weights-parts  # and with the per-head weights kept
+    python bench/bench.py --only block-sizes    # lib's block sizes against others
     python bench/bench.py --only grading --students 20  # grade.py vs nbgrader autograde
 """
 
@@ -560,7 +561,7 @@ def bench_torch_parts(reps: int, threads: int, shape=TORCH_SHAPES[0]) -> None:
 
 SECTIONS = (
     "lists", "loop", "gflops", "training", "bert", "torch", "parts", "causal-parts",
-    "weights-parts", "scale", "grading",
+    "weights-parts", "block-sizes", "scale", "grading",
 )  # fmt: skip
 # --------------------------------------------------------------------------- pretrained BERT
 
@@ -744,6 +745,10 @@ def main() -> None:
         from scale import bench_weights_parts
 
         bench_weights_parts(reps, _torch_layers_from_lib)
+    if "block-sizes" in run:
+        from scale import bench_block_sizes
+
+        bench_block_sizes(reps, TORCH_SHAPES)
     if "scale" in run:
         from scale import bench_scale
 

@@ -333,6 +333,75 @@ def bench_weights_parts(reps: int, torch_layers) -> None:
     print(" per number")
 
 
+# Block sizes lib's kernel could use instead of its own: the same call, timed with each.
+BLOCK_SIZES = {
+    "lib's": {},
+    "all 2 MB": dict(GROUP_BYTES=2 << 20, ROW_BLOCK_BYTES=2 << 20, WEIGHTS_ROW_BLOCK_BYTES=2 << 20),
+    "all 4 MB": dict(GROUP_BYTES=4 << 20, ROW_BLOCK_BYTES=4 << 20, WEIGHTS_ROW_BLOCK_BYTES=4 << 20),
+    "all 8 MB": dict(GROUP_BYTES=8 << 20, ROW_BLOCK_BYTES=8 << 20, WEIGHTS_ROW_BLOCK_BYTES=8 << 20),
+    "causal 8 blocks": dict(CAUSAL_BLOCKS=8),
+    "causal 32 blocks": dict(CAUSAL_BLOCKS=32),
+}
+
+
+def bench_block_sizes(reps: int, shapes) -> None:
+    """lib's block sizes (lib.blockwise's constants) against others, on the same calls: the
+    fast path at the torch section's float32 shapes, with and without the weights and with
+    a causal mask, and the causal core at the first of :data:`CAUSAL_SHAPES`. Each ratio is
+    the median over rounds of time(other sizes) / time(lib's): above 1, lib's are faster."""
+    calls = {}
+    for batch, n, d, h in shapes:
+        rng = np.random.default_rng(0)
+        params = A.init_mha_params(d, h, rng, bias=True, dtype=np.float32)
+        x = rng.normal(size=(batch, n, d)).astype(np.float32)
+        for causal in (False, True):
+            for weights in (False, True):
+                name = f"{(batch, n, d, h)} {'causal' if causal else 'none'}" + (
+                    " +w" if weights else ""
+                )
+                calls[name] = lambda x=x, p=params, c=causal, w=weights: BW.multi_head_attention(
+                    x, x, p, causal=c, need_weights=w
+                )
+    q, k, v = qkv(*CAUSAL_SHAPES[0])
+    calls[f"causal core {CAUSAL_SHAPES[0]}"] = lambda: BW.attention(q, k, v, causal=True)
+    own = {name: getattr(BW, name) for sizes in BLOCK_SIZES.values() for name in sizes}
+
+    def with_sizes(call, sizes):
+        def run():
+            for name, value in sizes.items():
+                setattr(BW, name, value)
+            try:
+                call()
+            finally:
+                for name, value in own.items():
+                    setattr(BW, name, value)
+
+        return run
+
+    print("\n== lib's block sizes against others, float32, one thread ==")
+    print("lib's: " + ", ".join(f"{name} = {value}" for name, value in own.items()))
+    print("ratio: median over rounds of time(these sizes) / time(lib's); above 1: lib's faster")
+    others = [name for name in BLOCK_SIZES if name != "lib's"]
+    print(f"{'call':<34} {'lib':>10} " + " ".join(f"{name:>16}" for name in others) + " spread")
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        for call_name, call in calls.items():
+            big = "2048" in call_name or "core" in call_name
+            t = interleaved_times(
+                {name: with_sizes(call, sizes) for name, sizes in BLOCK_SIZES.items()},
+                reps=max(6, reps // (3 if big else 1)),
+            )
+            ratios = [median_ratio(t, name, "lib's") for name in others]
+            noise = max(spread(ts) for ts in t.values())
+            own_time = statistics.median(t["lib's"])
+            print(
+                f"{call_name:<34} {fmt_time(own_time)} "
+                + " ".join(f"{r:15.2f}x" for r in ratios)
+                + f" {noise:5.0%}"
+            )
+
+
 def peak_bytes(fn) -> int:
     """NumPy's peak allocation while fn runs (tracemalloc sees NumPy's buffers)."""
     tracemalloc.start()
