@@ -340,7 +340,6 @@ BLOCK_SIZES = {
     "groups 8 MB": dict(GROUP_BYTES=8 << 20),
     "rows 2 MB": dict(ROW_BLOCK_BYTES=2 << 20),
     "rows 4 MB": dict(ROW_BLOCK_BYTES=4 << 20),
-    "rows+w 8 MB": dict(WEIGHTS_ROW_BLOCK_BYTES=8 << 20),
     "causal 8 blocks": dict(CAUSAL_BLOCKS=8),
     "causal 32 blocks": dict(CAUSAL_BLOCKS=32),
 }

@@ -37,22 +37,20 @@ from . import attention as A
 
 GROUP_BYTES = 2 << 20
 """Bytes of scores per block of whole score matrices (several heads or sequences, when they
-are short): 2 MB stays in one core's L2 cache, where the softmax's passes run."""
+are short): 2 MB stays in one core's L2 cache, where the softmax's passes run. Blocks of 8 MB
+took 0.99x to 1.05x its time at n = 128 and 512 (bench/results/2026-11-27-block-sizes.txt)."""
 
 ROW_BLOCK_BYTES = 8 << 20
 """Bytes of scores per block of query rows of one long score matrix: up to 8 MB (in the
-shared L3), so that BLAS gets products of about a thousand rows. Both sizes measured a few
-per cent faster than the other choice at the bench's shapes (docs/benchmarks.md)."""
-
-WEIGHTS_ROW_BLOCK_BYTES = 4 << 20
-"""The same when the weights are kept (a block is then computed in the returned weights'
-own memory): 4 MB blocks measured 10-25 % faster than 8 MB ones at (2, 2048, 512, 8)."""
+shared L3), so that BLAS gets products of about a thousand rows. 2 and 4 MB were no faster
+beyond the noise, nor 4 MB with the weights kept (bench/results/2026-11-27-block-sizes.txt)."""
 
 CAUSAL_BLOCKS = 16
 CAUSAL_MIN_ROWS = 128
 """A causal score matrix is cut into at least CAUSAL_BLOCKS blocks of query rows (fewer when
 it has under CAUSAL_BLOCKS * CAUSAL_MIN_ROWS rows: a block keeps CAUSAL_MIN_ROWS, below which
-the Python loop's overhead shows). With B blocks skipping leaves (1 + 1/B) / 2 of the work."""
+the Python loop's overhead shows). With B blocks skipping leaves (1 + 1/B) / 2 of the work;
+8 and 32 blocks were no faster than 16 (bench/results/2026-11-27-block-sizes.txt)."""
 
 SAFE_SCORE = {np.dtype(np.float32): 30.0, np.dtype(np.float64): 300.0}
 """Largest |score| for which exp(score) is taken without subtracting the row's maximum: far
@@ -254,8 +252,7 @@ def _attend_in_blocks(q, k, v, heads_out, weights, plan, *, small, skip) -> None
     dtype = np.result_type(q, k)
     k_t = k.transpose(0, 1, 3, 2)  # (batch, heads, d_k, n_k)
     reach, add = (None, None) if plan is None else (plan.reach, plan.add)
-    block_bytes = ROW_BLOCK_BYTES if weights is None else WEIGHTS_ROW_BLOCK_BYTES
-    rows = max(1, min(n_q, block_bytes // dtype.itemsize // n_k))  # query rows per block
+    rows = max(1, min(n_q, ROW_BLOCK_BYTES // dtype.itemsize // n_k))  # query rows per block
     if reach is not None and reach.shape[2] > 1 and skip:  # rows reach different keys
         rows = min(rows, max(CAUSAL_MIN_ROWS, -(-n_q // CAUSAL_BLOCKS)))
     group = GROUP_BYTES // dtype.itemsize  # scores per block of whole score matrices
