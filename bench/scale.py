@@ -15,6 +15,10 @@
 
 The bar on per-head weights (lib+w <= mha+w) is checked by the torch section. Every bar is
 returned as (name, measured ratio, bar, spread) for bench.py's summary and results file.
+
+The sections that explain a figure rather than check a bar live here too: where the causal
+core's time goes (causal-parts), where lib+w's time goes against mha+w (weights-parts), and
+lib's block sizes against others (block-sizes).
 """
 
 from __future__ import annotations
@@ -350,6 +354,8 @@ def bench_block_sizes(reps: int, shapes) -> None:
     fast path at the torch section's float32 shapes, with and without the weights and with
     a causal mask, and the causal core at the first of :data:`CAUSAL_SHAPES`. Each ratio is
     the median over rounds of time(other sizes) / time(lib's): above 1, lib's are faster."""
+    from threadpoolctl import threadpool_limits
+
     calls = {}
     for batch, n, d, h in shapes:
         rng = np.random.default_rng(0)
@@ -384,8 +390,6 @@ def bench_block_sizes(reps: int, shapes) -> None:
     print("ratio: median over rounds of time(these sizes) / time(lib's); above 1: lib's faster")
     others = [name for name in BLOCK_SIZES if name != "lib's"]
     print(f"{'call':<34} {'lib':>10} " + " ".join(f"{name:>12}" for name in others) + " spread")
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(limits=1):
         for call_name, call in calls.items():
             big = "2048" in call_name or "core" in call_name
