@@ -10,7 +10,7 @@ time of each is reported. Absolute times are printed for orientation only.
     python bench/bench.py --only parts   # where the time goes at the smallest torch shape
     python bench/bench.py --only causal-parts   # and in the causal core
     python bench/bench.py --only weights-parts  # and with the per-head weights kept
-    python bench/bench.py --only block-sizes    # lib's block sizes against others
+    python bench/bench.py --only block-sizes    # lib's block sizes, shift-free exp: against others
     python bench/bench.py --only grading --students 20  # grade.py vs nbgrader autograde
 """
 

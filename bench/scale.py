@@ -346,25 +346,29 @@ BLOCK_SIZES = {
     "rows 4 MB": dict(ROW_BLOCK_BYTES=4 << 20),
     "causal 8 blocks": dict(CAUSAL_BLOCKS=8),
     "causal 32 blocks": dict(CAUSAL_BLOCKS=32),
+    "exp shifted": dict(SAFE_SCORE={}),  # every row's maximum subtracted, however small
 }
 
 
 def bench_block_sizes(reps: int, shapes) -> None:
-    """lib's block sizes (lib.blockwise's constants) against others, on the same calls: the
-    fast path at the torch section's float32 shapes, with and without the weights and with
-    a causal mask, and the causal core at the first of :data:`CAUSAL_SHAPES`. Each ratio is
-    the median over rounds of time(other sizes) / time(lib's): above 1, lib's are faster."""
+    """lib's block sizes and shift-free exp (lib.blockwise's constants) against others, on
+    the same calls (every score here is small enough to skip the shift): the fast path at
+    the torch section's shapes in float32 and at the second in float64, with and without
+    the weights and a causal mask, and the causal core at the first of :data:`CAUSAL_SHAPES`.
+    Each ratio is the median over rounds of time(others) / time(lib's): above 1, lib's win."""
     from threadpoolctl import threadpool_limits
 
     calls = {}
-    for batch, n, d, h in shapes:
+    for (batch, n, d, h), dtype in [(s, np.float32) for s in shapes] + [(shapes[1], np.float64)]:
         rng = np.random.default_rng(0)
-        params = A.init_mha_params(d, h, rng, bias=True, dtype=np.float32)
-        x = rng.normal(size=(batch, n, d)).astype(np.float32)
+        params = A.init_mha_params(d, h, rng, bias=True, dtype=dtype)
+        x = rng.normal(size=(batch, n, d)).astype(dtype)
         for causal in (False, True):
             for weights in (False, True):
-                name = f"{(batch, n, d, h)} {'causal' if causal else 'none'}" + (
-                    " +w" if weights else ""
+                name = (
+                    f"{(batch, n, d, h)} {'causal' if causal else 'none'}"
+                    + (" +w" if weights else "")
+                    + (" f64" if dtype == np.float64 else "")
                 )
                 calls[name] = lambda x=x, p=params, c=causal, w=weights: BW.multi_head_attention(
                     x, x, p, causal=c, need_weights=w
@@ -385,7 +389,8 @@ def bench_block_sizes(reps: int, shapes) -> None:
 
         return run
 
-    print("\n== lib's block sizes against others, float32, one thread ==")
+    print("\n== lib's block sizes and shift-free exp against others, one thread ==")
+    print("float32, except the calls marked f64")
     print("lib's: " + ", ".join(f"{name} = {value}" for name, value in own.items()))
     print("ratio: median over rounds of time(these sizes) / time(lib's); above 1: lib's faster")
     others = [name for name in BLOCK_SIZES if name != "lib's"]
