@@ -54,7 +54,8 @@ the Python loop's overhead shows). With B blocks skipping leaves (1 + 1/B) / 2 o
 
 SAFE_SCORE = {np.dtype(np.float32): 30.0, np.dtype(np.float64): 300.0}
 """Largest |score| for which exp(score) is taken without subtracting the row's maximum: far
-from exp's overflow and underflow (float32: +-88; float64: +-709)."""
+from exp's overflow and underflow (float32: +-88; float64: +-709). Skipping the two passes
+saves up to 15 % on both kernel sets (bench/results/2026-11-27-block-sizes-and-exp.txt)."""
 
 
 SPARE_WEIGHTS_BYTES = 16 << 20
