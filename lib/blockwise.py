@@ -50,12 +50,12 @@ CAUSAL_MIN_ROWS = 128
 """A causal score matrix is cut into at least CAUSAL_BLOCKS blocks of query rows (fewer when
 it has under CAUSAL_BLOCKS * CAUSAL_MIN_ROWS rows: a block keeps CAUSAL_MIN_ROWS, below which
 the Python loop's overhead shows). With B blocks skipping leaves (1 + 1/B) / 2 of the work;
-8 and 32 blocks were no faster than 16 (bench/results/2026-11-27-block-sizes.txt)."""
+8 or 32 blocks were not faster on both kernel sets (docs/benchmarks.md, "Block sizes")."""
 
 SAFE_SCORE = {np.dtype(np.float32): 30.0, np.dtype(np.float64): 300.0}
-"""Largest |score| for which exp(score) is taken without subtracting the row's maximum: far
-from exp's overflow and underflow (float32: +-88; float64: +-709). Skipping the two passes
-saves up to 15 % on both kernel sets (bench/results/2026-11-27-block-sizes-and-exp.txt)."""
+"""Largest |score| whose exp is taken without subtracting the row's maximum, far from exp's
+overflow and underflow (float32: +-88; float64: +-709). Skipping the subtraction saved up to
+15 % of a call's time on both kernel sets (bench/results/2026-11-27-block-sizes-and-exp.txt)."""
 
 
 SPARE_WEIGHTS_BYTES = 16 << 20
