@@ -27,7 +27,8 @@ How a submission is graded:
   need are run again, and grading goes on. Past ``--notebook-timeout`` seconds in all, the
   checks not graded yet fail with the reason; the ones graded keep their result.
 - A submission that is missing, unreadable or not a notebook, or whose kernel does not
-  start, scores 0 with the reason, and grading goes on with the next one.
+  start (three fresh kernels die before answering), scores 0 with the reason, and grading
+  goes on with the next one.
 
 Writes ``gradebook.csv`` and ``gradebook.json`` to ``--out`` (one row per student, a column
 per exercise, totals, each failure's message) and prints a line per notebook graded. It runs
@@ -72,6 +73,10 @@ from tools.make_student import CHECK_CALL
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL_CALL = (Path(__file__).parent / "_kernel_call.py").read_text()
 BUILTINS = set(dir(builtins)) | {"get_ipython", "display", "__file__", "__name__"}
+
+
+# How often a kernel is started before a submission is given up as "kernel died" (Kernel).
+START_ATTEMPTS = 3
 
 
 class GradingAbort(BaseException):  # noqa: N818 - not an Exception: checks must not catch it
@@ -381,17 +386,17 @@ class Kernel:
         self.account = account
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         launch = {}
-        if account is None:
-            self.km = KernelManager(kernel_name="python3")
-        else:
+        manager, options = KernelManager, {}
+        if account is not None:
 
             class StudentKernelManager(KernelManager):
                 def write_connection_file(self, **kw):
                     super().write_connection_file(**kw)  # root's, mode 600: make it theirs
                     os.chown(self.connection_file, account.uid, account.gid)
 
-            self.km = StudentKernelManager(
-                kernel_name="python3", connection_file=str(tmp / "connection.json")
+            manager, options = (
+                StudentKernelManager,
+                {"connection_file": str(tmp / "connection.json")},
             )
             cwd = home / "work"
             env.update(
@@ -406,14 +411,24 @@ class Kernel:
                 JUPYTER_RUNTIME_DIR=str(home / ".jupyter-runtime"),
             )
             launch = account.popen_args()
-        self.km.start_kernel(cwd=str(cwd), env=env, **launch)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        try:
-            self.kc.wait_for_ready(timeout=min(60.0, max(1.0, deadline - time.monotonic())))
-        except RuntimeError as exc:
-            self.close()
-            raise GradingAbort(("kernel died", f"the kernel did not start: {exc}")) from None
+        # A kernel that dies before it answers has run none of the submission's code: start
+        # a new one, with new ports. The manager picks free ports and the kernel binds them a
+        # second later; a kernel started meanwhile (make grade --jobs, the tests) can take one
+        # first, and this kernel dies of "Address already in use" (a known race of Jupyter's).
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.km = manager(kernel_name="python3", **options)
+            self.km.start_kernel(cwd=str(cwd), env=env, **launch)
+            self.kc = self.km.client()
+            self.kc.start_channels()
+            try:
+                self.kc.wait_for_ready(timeout=min(60.0, max(1.0, deadline - time.monotonic())))
+                break
+            except RuntimeError as exc:
+                self.close()
+                if attempt == START_ATTEMPTS or time.monotonic() > deadline:
+                    why = f"the kernel did not start (tries: {attempt}; the last: {exc})"
+                    raise GradingAbort(("kernel died", why)) from None
+                print(f"the kernel did not start ({exc}); starting a new one", file=sys.stderr)
         self.calls = 0
 
     def close(self):

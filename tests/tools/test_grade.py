@@ -5,6 +5,7 @@ saved as nbformat 4.0 without cell ids, the gradebook, and the choice of cells t
 import csv
 import json
 import os
+import sys
 from pathlib import Path
 
 import nbformat
@@ -271,6 +272,65 @@ def test_one_hanging_or_exiting_exercise_costs_only_itself(tmp_path):
     assert result.checks[0].message.startswith("timeout: cell 3 (check_log_softmax_list(")
     assert result.checks[1].message.startswith("kernel died: the kernel died in cell 5")
     assert result.reason.count("; ") == 1  # two restarts
+
+
+# A kernel that finds one of its ports taken, as when another kernel started meanwhile
+# grabbed it (Jupyter picks free ports, the kernel binds them a second later): it holds the
+# shell port itself, then starts ipykernel, which dies of "Address already in use". It does
+# so the first ``times`` starts, counted in a file.
+PORT_TAKEN = """
+import json, pathlib, runpy, socket, sys
+connection, count, times = sys.argv[1], pathlib.Path(sys.argv[2]), int(sys.argv[3])
+starts = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(starts))
+if starts <= times:
+    info = json.loads(pathlib.Path(connection).read_text())
+    taken = socket.socket()
+    taken.bind((info["ip"], info["shell_port"]))
+    taken.listen()
+sys.argv = ["ipykernel_launcher", "-f", connection]
+runpy.run_module("ipykernel_launcher", run_name="__main__")
+"""
+
+
+def kernel_with_ports_taken(tmp_path, monkeypatch, times):
+    """Make "python3" the kernel above (JUPYTER_PATH), run as the tests' own user; return
+    the file counting its starts."""
+    script, count = tmp_path / "port_taken.py", tmp_path / "starts"
+    script.write_text(PORT_TAKEN)
+    spec = tmp_path / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, str(script), "{connection_file}", str(count), str(times)]
+    spec.joinpath("kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"})
+    )
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("AUTOGRADER_STUDENT_USER", "")
+    return count
+
+
+def test_a_kernel_that_loses_the_race_for_its_ports_is_started_again(tmp_path, monkeypatch, capfd):
+    """Its death is not the submission's doing (none of its code has run): a right answer
+    still scores full, and the grader's log says the kernel was started again."""
+    count = kernel_with_ports_taken(tmp_path, monkeypatch, times=grade.START_ATTEMPTS - 1)
+    source = course(tmp_path, n_exercises=2)
+    path = submit(tmp_path, source, "kim", [RIGHT.format(name=f"softmax_{i}") for i in range(2)])
+    result = grade.grade_notebook(path, source, "kim")
+    assert (result.status, result.score) == ("graded", 2), grade.describe(result)
+    assert count.read_text() == str(grade.START_ATTEMPTS)
+    log = capfd.readouterr().err
+    assert log.count("starting a new one") == grade.START_ATTEMPTS - 1, log
+    assert "Address already in use" in log
+
+
+def test_a_kernel_that_never_starts_scores_0_with_the_reason(tmp_path, monkeypatch):
+    count = kernel_with_ports_taken(tmp_path, monkeypatch, times=grade.START_ATTEMPTS)
+    source = course(tmp_path, n_exercises=2)
+    path = submit(tmp_path, source, "lee", [RIGHT.format(name=f"softmax_{i}") for i in range(2)])
+    result = grade.grade_notebook(path, source, "lee")
+    assert (result.status, result.score) == ("kernel died", 0)
+    assert f"the kernel did not start (tries: {grade.START_ATTEMPTS};" in result.reason
+    assert count.read_text() == str(grade.START_ATTEMPTS)
 
 
 def test_missing_notebooks_are_listed_for_every_student(tmp_path):

@@ -424,6 +424,7 @@ def run_case(built, name, returncodes=None) -> dict:
     done = subprocess.run(
         [str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True
     )
+    LOGS[name] = done.stdout + done.stderr
     if returncodes is None:
         assert done.returncode == 0, (name, done.stdout, done.stderr)
     else:
@@ -434,6 +435,16 @@ def run_case(built, name, returncodes=None) -> dict:
             done.stderr,
         )
     return results(root, name)
+
+
+# run_autograder's output (the grader's log) by case, for the assertions' messages.
+LOGS: dict[str, str] = {}
+
+
+def why(data, name) -> str:
+    """What a failed score assertion prints: the grader's messages and its log."""
+    outputs = "\n".join(t["output"] for t in data["tests"])
+    return f"{name}: {data['output']}\n{outputs}\nlog:\n{LOGS.get(name, '(graded in process)')}"
 
 
 def results(root, name) -> dict:
@@ -459,13 +470,13 @@ def scores(data):
 
 def test_right_and_wrong_answers_score_per_exercise_with_the_checks_sentence(graded):
     right, wrong = graded["right"], graded["wrong"]
-    assert (right["score"], scores(right)) == (2.0, [1.0, 1.0])
+    assert (right["score"], scores(right)) == (2.0, [1.0, 1.0]), why(right, "right")
     assert [t["name"] for t in right["tests"]] == ["softmax_0", "softmax_1"]
     assert [t["output"] for t in right["tests"]] == ["passed", "passed"]
     assert right["output"] == "Graded 90_tiny.ipynb: 2 of 2 exercise checks passed."
     assert all(t["max_score"] == 1.0 and t["visibility"] == "visible" for t in right["tests"])
     assert (right["visibility"], right["stdout_visibility"]) == ("visible", "hidden")
-    assert scores(wrong) == [1.0, 0.0]
+    assert scores(wrong) == [1.0, 0.0], why(wrong, "wrong")
     message = wrong["tests"][1]["output"]
     assert "should sum to 1, yours sum to" in message and "CheckFailed" not in message
     assert "\n" not in message and "Traceback" not in message
@@ -473,7 +484,7 @@ def test_right_and_wrong_answers_score_per_exercise_with_the_checks_sentence(gra
 
 def test_broken_cells_fail_their_exercise_with_a_sentence(graded):
     data = graded["syntax error, raises"]
-    assert scores(data) == [0.0, 0.0]
+    assert scores(data) == [0.0, 0.0], why(data, "syntax error, raises")
     for i, test in enumerate(data["tests"]):
         assert f"softmax_{i} is not defined when its check runs" in test["output"]
 
@@ -482,7 +493,7 @@ def test_a_hung_cell_costs_only_its_exercise_with_the_reason(graded):
     # tools/grade.py grades per exercise: the kernel is restarted past a hung cell, and the
     # other exercise keeps its point
     data = graded["hung"]
-    assert scores(data) == [0.0, 1.0]
+    assert scores(data) == [0.0, 1.0], why(data, "hung")
     assert data["output"] == "Graded 90_tiny.ipynb: 1 of 2 exercise checks passed."
     assert "(timeout: cell 2 ran longer than 3 s)" in data["tests"][0]["output"]
     assert data["tests"][1]["output"] == "passed"
@@ -490,7 +501,7 @@ def test_a_hung_cell_costs_only_its_exercise_with_the_reason(graded):
 
 def test_tampering_gets_no_points(graded):
     data = graded["redefines the check"]
-    assert scores(data) == [0.0, 1.0], [t["output"] for t in data["tests"]]
+    assert scores(data) == [0.0, 1.0], why(data, "redefines the check")
     assert "should sum to 1, yours sum to" in data["tests"][0]["output"]
     data = graded["edits the checks on disk"]
     assert scores(data) == [0.0, 0.0]
@@ -499,7 +510,7 @@ def test_tampering_gets_no_points(graded):
 
 def test_a_notebook_renamed_and_saved_as_nbformat_4_0_by_colab_is_graded(graded):
     data = graded["from Colab"]
-    assert data["score"] == 2.0
+    assert data["score"] == 2.0, why(data, "from Colab")
     assert data["output"] == "Graded Copy of 90_tiny.ipynb: 2 of 2 exercise checks passed."
 
 
@@ -585,7 +596,7 @@ def test_as_root_the_kernel_runs_unprivileged_and_a_right_submission_scores_full
     graded_unprivileged,
 ):
     data = graded_unprivileged[0]["runs unprivileged"]
-    assert (data["score"], scores(data)) == (2.0, [1.0, 1.0]), data["tests"]
+    assert (data["score"], scores(data)) == (2.0, [1.0, 1.0]), why(data, "runs unprivileged")
     assert data["output"] == "Graded 90_tiny.ipynb: 2 of 2 exercise checks passed."
 
 
@@ -597,7 +608,7 @@ def test_a_submission_cannot_forge_results_json_change_the_course_or_kill_the_gr
     not the forged 2 of 2) and run_autograder ends normally."""
     name = "forges results.json and kills the grader"
     data = graded_unprivileged[0][name]
-    assert data["output"] == "Graded 90_tiny.ipynb: 1 of 2 exercise checks passed.", data
+    assert data["output"] == "Graded 90_tiny.ipynb: 1 of 2 exercise checks passed.", why(data, name)
     assert scores(data) == [1.0, 0.0]
     assert data["tests"][0]["output"] == "passed"
     assert "should sum to 1, yours sum to" in data["tests"][1]["output"]
