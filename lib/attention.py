@@ -357,13 +357,7 @@ def heads_qkv(x_q: np.ndarray, x_kv: np.ndarray, p: MHAParams):
 
 
 def multi_head_attention(
-    x_q: np.ndarray,
-    x_kv: np.ndarray,
-    params: MHAParams,
-    mask: np.ndarray | None = None,
-    *,
-    causal: bool = False,
-    need_weights: bool = True,
+    x_q, x_kv, params: MHAParams, mask=None, *, causal=False, need_weights=True
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Batched multi-head attention, as notebook 03 derives it.
 
@@ -390,12 +384,7 @@ def multi_head_attention(
 
 
 def multi_head_attention_per_head(
-    x_q: np.ndarray,
-    x_kv: np.ndarray,
-    params: MHAParams,
-    mask: np.ndarray | None = None,
-    *,
-    causal: bool = False,
+    x_q, x_kv, params: MHAParams, mask=None, *, causal=False
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`multi_head_attention` one head at a time: head h uses its d_k columns of W_q and
     those of its key/value head h // group in W_k and W_v. The reference the reshape form is

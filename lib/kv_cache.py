@@ -16,12 +16,8 @@ n_heads is ordinary multi-head attention, n_kv_heads = 1 is multi-query attentio
 
 A grouped layer is an :class:`lib.attention.MHAParams` with ``n_kv_heads`` < ``n_heads``
 (:func:`lib.attention.init_mha_params` draws one); every multi-head forward of lib runs it.
-
-- :func:`gqa_from_mha`: a trained multi-head layer made grouped by mean-pooling the key and
-  value heads of each group (Ainslie et al.'s conversion, before any further training);
-- :class:`Decoder`: autoregressive decoding with a preallocated KV cache (``load`` starts it
-  from given keys and values);
-- :func:`cache_bytes_per_token`: the cache's size for a model's configuration.
+:func:`gqa_from_mha` makes one from a trained multi-head layer, as Ainslie et al. convert a
+checkpoint; :func:`cache_bytes_per_token` gives the cache's size for a model's configuration.
 """
 
 from __future__ import annotations

@@ -49,14 +49,7 @@ def use_course_theme() -> None:
     )
 
 
-def plot_attention(
-    weights,
-    labels: Sequence[str],
-    ax=None,
-    title: str | None = None,
-    annotate: bool = False,
-    cbar: bool = True,
-):
+def plot_attention(weights, labels: Sequence[str], ax=None, title=None, annotate=False, cbar=True):
     """Heatmap of one head's self-attention weights (n, n): rows are queries, columns keys,
     both labelled by the n tokens' ``labels``."""
     weights = np.asarray(weights)
@@ -76,14 +69,7 @@ def plot_attention(
     return ax
 
 
-def plot_heads(
-    weights,
-    labels: Sequence[str],
-    ncols: int = 4,
-    title: str | None = None,
-    head_titles: Sequence[str] | None = None,
-    size: float = 2.4,
-):
+def plot_heads(weights, labels: Sequence[str], ncols=4, title=None, head_titles=None, size=2.4):
     """A grid with one heatmap per head: weights (heads, n_q, n_k). Returns the figure."""
     weights = np.asarray(weights)
     if weights.ndim != 3:
@@ -96,13 +82,8 @@ def plot_heads(
         if h >= n_heads:
             ax.set_visible(False)
             continue
-        plot_attention(
-            weights[h],
-            labels,
-            ax=ax,
-            cbar=False,
-            title=head_titles[h] if head_titles else f"head {h}",
-        )
+        title_h = head_titles[h] if head_titles else f"head {h}"
+        plot_attention(weights[h], labels, ax=ax, cbar=False, title=title_h)
         if h % ncols:
             ax.set_ylabel("")
         if h < n_heads - ncols:
@@ -113,13 +94,7 @@ def plot_heads(
     return fig
 
 
-def plot_head_entropy(
-    entropy,
-    max_entropy: float | None = None,
-    ax=None,
-    title=None,
-    ylabel: str = "mean entropy (nats)",
-):
+def plot_head_entropy(entropy, max_entropy=None, ax=None, title=None, ylabel="mean entropy (nats)"):
     """Bar chart of each head's mean attention entropy (nats); optional uniform line."""
     entropy = np.asarray(entropy)
     if ax is None:
@@ -155,16 +130,8 @@ def _heatmap(ax, values, cmap: str, annotate: bool, cbar: bool = True) -> None:
     image = ax.imshow(values, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
     ax.grid(False)  # the theme's grid lines would cross the cells
     if annotate:
-        for (i, j), value in np.ndenumerate(values):
-            colour = "white" if value > 0.6 else "black"
-            ax.text(
-                j,
-                i,
-                f"{value:.2f}",
-                ha="center",
-                va="center",
-                fontsize=SMALLEST_FONT_PT,
-                color=colour,
-            )
+        centred = {"ha": "center", "va": "center", "fontsize": SMALLEST_FONT_PT}
+        for (i, j), value in np.ndenumerate(values):  # light text on dark cells
+            ax.text(j, i, f"{value:.2f}", color="white" if value > 0.6 else "black", **centred)
     if cbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)

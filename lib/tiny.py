@@ -265,10 +265,8 @@ def init_tiny_model(
         "tok_emb": rng.normal(0.0, 1.0, (vocab_size, d_model)),
         "pos_emb": rng.normal(0.0, 1.0, (max_len, d_model)),
     }
-    for name in ("W_q", "W_k", "W_v", "W_o"):
-        p[name] = glorot(rng, d_model, d_model)
-    for name in ("b_q", "b_k", "b_v", "b_o"):
-        p[name] = np.zeros(d_model)
+    p |= {name: glorot(rng, d_model, d_model) for name in V.WEIGHT_NAMES}
+    p |= {name: np.zeros(d_model) for name in V.BIAS_NAMES}
     p["W_out"] = rng.normal(0.0, 1.0 / math.sqrt(d_model), (d_model, n_slots * n_classes))
     p["b_out"] = np.zeros(n_slots * n_classes)
     if positions != "learned":

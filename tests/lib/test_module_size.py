@@ -1,5 +1,6 @@
 """lib stays small enough to read (issue 24): no module over 450 lines, so that each is a
-notebook's worth of code a learner can open and read through."""
+notebook's worth of code a learner can open and read through, and at most 4,000 lines in all
+(the exercises' checks in ``lib/checks`` and the data in ``lib/data`` apart)."""
 
 from pathlib import Path
 
@@ -7,10 +8,23 @@ import lib
 
 LIB = Path(lib.__file__).parent
 LONGEST = 450
+IN_ALL = 4000
+
+
+def _lengths() -> dict[str, int]:
+    return {p.name: len(p.read_text().splitlines()) for p in sorted(LIB.glob("*.py"))}
 
 
 def test_no_lib_module_is_longer_than_a_read():
-    lengths = {p.name: len(p.read_text().splitlines()) for p in sorted(LIB.glob("*.py"))}
+    lengths = _lengths()
     assert len(lengths) > 10  # the modules were found
     too_long = {name: n for name, n in lengths.items() if n > LONGEST}
     assert not too_long, f"lib modules over {LONGEST} lines: {too_long}"
+
+
+def test_lib_without_its_checks_and_data_is_at_most_4000_lines():
+    lengths = _lengths()  # lib/*.py only: lib/checks and lib/data are folders of their own
+    assert "attention.py" in lengths and "checks" not in "".join(lengths)
+    total = sum(lengths.values())
+    longest = sorted(lengths.items(), key=lambda item: -item[1])[:4]
+    assert total <= IN_ALL, f"lib is {total} lines, over {IN_ALL}; the longest: {longest}"

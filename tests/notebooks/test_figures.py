@@ -6,6 +6,7 @@ has no label shorter than ~9.7 px. The PNGs say the dpi they were drawn at (thei
 chunk); the code cells say the font sizes they ask for.
 """
 
+import ast
 import base64
 import re
 import struct
@@ -20,6 +21,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MAX_WIDTH_PX = 1200  # JupyterLab's notebook column at 100 % zoom on a laptop screen
 MAX_HEIGHT_PX = 1000
 MAX_TOTAL_MB = 5.0  # all notebooks together, outputs included (README, "Tests")
+TEXT_SIZES = {"fontsize", "labelsize", "size", "title_fontsize"}
 SIZE_ARG = re.compile(r"\b(?:fontsize|labelsize|size|title_fontsize)\s*=\s*(\d+(?:\.\d+)?)")
 TOO_SMALL_NAMES = re.compile(r"""["'](?:xx?-small)["']""")
 
@@ -86,9 +88,19 @@ def test_notebooks_that_draw_use_the_course_theme(path):
 
 
 def test_lib_plots_asks_for_no_text_smaller_than_the_minimum():
-    source = (ROOT / "lib" / "plots.py").read_text()
-    for match in SIZE_ARG.finditer(source):
-        assert float(match.group(1)) >= plots.SMALLEST_FONT_PT, match.group(0)
+    """Every size lib.plots passes to matplotlib as a number, by keyword or in a dict of
+    keywords (a parameter's default, such as plot_heads' panel size in inches, is not one)."""
+    tree = ast.parse((ROOT / "lib" / "plots.py").read_text())
+    sizes = [(kw.arg, kw.value) for node in ast.walk(tree) if isinstance(node, ast.Call)
+             for kw in node.keywords]  # fmt: skip
+    sizes += [(key.value, value) for node in ast.walk(tree) if isinstance(node, ast.Dict)
+              for key, value in zip(node.keys, node.values, strict=True)
+              if isinstance(key, ast.Constant)]  # fmt: skip
+    numbers = [(name, value.value) for name, value in sizes
+               if name in TEXT_SIZES and isinstance(value, ast.Constant)]  # fmt: skip
+    assert len(numbers) >= 3  # fontsize=9 and fontsize=10 are asked for by number
+    for name, size in numbers:
+        assert size >= plots.SMALLEST_FONT_PT, f"{name}={size}"
 
 
 def test_the_theme_makes_every_default_text_size_legible():
