@@ -10,7 +10,9 @@ OpenBLAS is not enough: NumPy's float32 exp2, for one, is 2x faster than exp wit
 AVX-512 loops and 2x slower with AVX2 ones (docs/benchmarks.md).
 
 Each set runs `bench/bench.py --bars` in its own process and saves its results as
-bench/results/<date>-<kernels>.json; the table at the end gives PASS/FAIL per bar and set.
+bench/results/<date>-<cpu>-<kernels>.json (cpu: the CPU's maker and family, such as AMD-EPYC,
+so that runs on two machines the same day keep their own files); the table at the end gives
+PASS/FAIL per bar and set.
 
     python bench/kernel_sets.py            # every set this CPU can run
     python bench/kernel_sets.py --quick    # fewer repetitions, without the largest shape
@@ -22,6 +24,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +57,18 @@ def probe(env: dict) -> dict:
     return json.loads(done.stdout)
 
 
+def cpu_tag() -> str:
+    """The CPU's maker and family for a file name: 'AMD EPYC 9B14' -> 'AMD-EPYC', 'Intel(R)
+    Xeon(R) Processor @ 2.50GHz' -> 'Intel-Xeon' ('cpu' when /proc/cpuinfo does not say)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next(line.split(":", 1)[1] for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "cpu"
+    words = re.findall(r"[A-Za-z]+", name.replace("(R)", "").replace("(TM)", ""))
+    return "-".join(words[:2]) or "cpu"
+
+
 def kernel_sets() -> list[tuple[str, dict]]:
     """(name, environment) of each kernel set to measure: the CPU's own, and AVX2 if the
     CPU's own is AVX-512."""
@@ -83,7 +98,7 @@ def main() -> None:
     date = datetime.date.today().isoformat()
     runs = {}
     for name, env in kernel_sets():
-        out = RESULTS / f"{date}-{name}.json"
+        out = RESULTS / f"{date}-{cpu_tag()}-{name}.json"
         if args.sets and name not in args.sets:  # keep an earlier run's file in the summary
             if out.exists():
                 runs[name] = json.loads(out.read_text())
