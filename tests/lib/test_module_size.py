@@ -24,7 +24,7 @@ def test_no_lib_module_is_longer_than_a_read():
 
 def test_lib_without_its_checks_and_data_is_at_most_4000_lines():
     lengths = _lengths()  # lib/*.py only: lib/checks and lib/data are folders of their own
-    assert "attention.py" in lengths and "checks" not in "".join(lengths)
+    assert "attention.py" in lengths and "blockwise.py" in lengths  # the modules were found
     total = sum(lengths.values())
     longest = sorted(lengths.items(), key=lambda item: -item[1])[:4]
     assert total <= IN_ALL, f"lib is {total} lines, over {IN_ALL}; the longest: {longest}"
