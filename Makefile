@@ -63,15 +63,20 @@ test-latest: install
 normalize: install
 	$(BIN)/python -m tools.normalize_notebooks
 
-# Re-execute notebooks top to bottom in a fresh kernel, then normalise them:
-# `make execute` (all) or `make execute NB="notebooks/03_multi_head_attention.ipynb"`.
-NB ?= $(wildcard notebooks/*.ipynb)
+# Re-execute solved notebooks (notebooks/solved/, the source) top to bottom in a fresh kernel
+# and normalise them, then write the learner's copies (notebooks/, exercises blank) and the
+# packaged solutions from them: `make execute` (all) or
+# `make execute NB="notebooks/03_multi_head_attention.ipynb"` (either copy's path: the solved
+# one is run). See tools/make_student.py.
+NB ?= $(wildcard notebooks/solved/*.ipynb)
+SOLVED_NB = $(addprefix notebooks/solved/,$(notdir $(NB)))
 execute: install
-	for nb in $(NB); do \
+	for nb in $(SOLVED_NB); do \
 		$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 			--ExecutePreprocessor.record_timing=False $$nb || exit 1; \
 	done
-	$(BIN)/python -m tools.normalize_notebooks $(NB)
+	$(BIN)/python -m tools.normalize_notebooks $(SOLVED_NB)
+	$(BIN)/python -m tools.make_student --learner notebooks --solutions lib/data/solutions.json
 
 # Every notebook run in JupyterLab (started by `make lab`) in headless Chromium, as a learner
 # would: clear outputs, Run All, no error, every image and formula shown, no console error;
@@ -105,8 +110,8 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/kernel_sets.py
 
 # The student release (solutions replaced by stubs, outputs cleared) in build/student/, and
-# the solved exercises that checks.show_solution prints, packaged in lib/data/solutions.json;
-# see docs/instructor_guide.md.
+# the solved exercises that checks.show_solution prints, packaged in lib/data/solutions.json,
+# both from notebooks/solved/; see docs/instructor_guide.md.
 student: install
 	$(BIN)/python -m tools.make_student --out build/student --solutions lib/data/solutions.json
 

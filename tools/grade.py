@@ -650,9 +650,10 @@ def run_check(check_name: str, fn) -> tuple[bool, str]:
     check = getattr(checks, check_name, None)
     if check is None:
         return False, f"the course has no check named {check_name}"
+    strict = getattr(check, "__wrapped__", check)  # an exercise left as its stub fails here
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            check(fn)
+            strict(fn)
         except checks.CheckFailed as exc:
             return False, f"CheckFailed: {exc}"
         except Undefined as exc:
@@ -968,7 +969,7 @@ def describe(result: NotebookResult, verbose: bool = True) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("submissions", type=Path, nargs="+")
-    parser.add_argument("--src", type=Path, default=ROOT / "notebooks")
+    parser.add_argument("--src", type=Path, default=ROOT / "notebooks" / "solved")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "grades")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks graded at once")
     parser.add_argument(

@@ -365,14 +365,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="one autograder zip per notebook with exercises")
     b.add_argument("notebooks", type=Path, nargs="*", help="default: every notebook of --src")
-    b.add_argument("--src", type=Path, default=ROOT / "notebooks")
+    b.add_argument("--src", type=Path, default=ROOT / "notebooks" / "solved")
     b.add_argument("--out", type=Path, default=ROOT / "build" / "gradescope")
     r = sub.add_parser("run", help="grade /autograder/submission (inside the autograder)")
     r.add_argument("--root", type=Path, default=None, help="default: $AUTOGRADER_ROOT")
     t = sub.add_parser("selftest", help="setup.sh for real, then grade a right and a wrong one")
     t.add_argument("--python", default="python3", help="the Python setup.sh should use")
     t.add_argument(
-        "--notebook", type=Path, default=ROOT / "notebooks" / "01_attention_with_lists.ipynb"
+        "--notebook",
+        type=Path,
+        default=ROOT / "notebooks" / "solved" / "01_attention_with_lists.ipynb",
     )
     t.add_argument("--work", type=Path, default=ROOT / "build" / "gradescope-test")
     return parser

@@ -1,9 +1,18 @@
-"""Write the student release of the course's notebooks (`make student`).
+"""The learner's notebooks and the student release, from the solved notebooks (`make student`).
 
-    python -m tools.make_student [--src notebooks] [--out build/student] [--nbgrader DIR]
+    python -m tools.make_student [--src notebooks/solved] [--out build/student]
+                                 [--learner notebooks] [--solutions FILE] [--nbgrader DIR]
 
-For every notebook in ``--src`` it writes a student version to ``--out`` (``build/student``
-unless ``--nbgrader`` is given alone):
+The course's notebooks exist twice. ``notebooks/solved/`` holds the solved ones, the
+instructors' copies and the source of everything else: the authors edit and run them, and
+the graders take their checks from them. ``notebooks/`` holds the learner's copies, written
+from them by ``--learner`` (``make execute`` does it): what GitHub, JupyterLab, Colab and the
+website show a learner, every exercise blank and its check's output the one line a stub gets
+("not attempted yet", and how to see the answer), every other output as the solved run
+stored it. A test keeps the two in step; strict nbval runs both.
+
+For every notebook in ``--src`` the student release (``--out``, default ``build/student``)
+gets a student version:
 
 - in code cells, every region between a line ``### BEGIN SOLUTION`` and a line
   ``### END SOLUTION`` (markers included) becomes nbgrader's stub, indented like the
@@ -32,11 +41,11 @@ course (``source/<assignment>``) that holds other files too, so only the noteboo
 like the course's are written there and nothing else in DIR is touched or removed; and
 ``--nbgrader`` alone does not rebuild the student release (give ``--out`` as well for both).
 
-Only the standard library and nbformat are used, so the script runs in the course's
-environment. The title cell of each student notebook changes too: its Colab badge opens the
-blank notebook (published on the branch ``student``), and its bullet on the exercises points
-to ``checks.show_solution`` instead of saying they are solved. The conventions are written
-down in docs/instructor_guide.md.
+Only the standard library, nbformat and ``lib.checks`` (the line a stub's check prints) are
+used. The title cell of each learner and student notebook says in one sentence how the
+exercises work (``checks.show_solution``); a student notebook's Colab badge opens the blank
+notebook (published on the branch ``student``). The conventions are written down in
+docs/instructor_guide.md.
 """
 
 from __future__ import annotations
@@ -51,6 +60,10 @@ from pathlib import Path
 import nbformat
 
 from tools import notebook_links
+
+ROOT = Path(__file__).resolve().parents[1]
+LEARNER = ROOT / "notebooks"  # what learners open: exercises blank, outputs stored
+SOLVED = LEARNER / "solved"  # the instructors' copies, exercises solved: the source of both
 
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"
@@ -67,10 +80,15 @@ DEF_NAME = re.compile(r"^\s*def\s+(\w+)\s*\(", re.MULTILINE)
 # The title cell's bullet about the exercises (to its next bullet or paragraph), which says
 # where they are solved; the student release says instead how to reach the answers.
 EXERCISES_BULLET = re.compile(r"^- \*\*Exercises:\*\*.*?(?=\n\n|\n- |\Z)", re.MULTILINE | re.DOTALL)
+# The title's one sentence on exercises, in the learner's notebooks and the student release.
 STUDENT_BULLET = (
-    "- **Exercises:** blank, for you to write; the check cell after each one names the "
-    'mistake it sees.\n  Stuck after trying? `checks.show_solution("{name}")` (the name '
-    "your check cell passes)\n  prints the course's answer, after a warning."
+    "- **Exercises:** fill in each function; its check names the mistake it sees, and\n"
+    '  `checks.show_solution("{name}")` shows the course\'s answer.'
+)
+# ... and in the solved notebooks (notebooks/solved/), the instructor's copies.
+SOLVED_BULLET = (
+    "- **Exercises:** solved in this copy, for instructors; the learner's copy, exercises "
+    "blank, is\n  `notebooks/{name}`."
 )
 
 _MARKERS = {
@@ -189,21 +207,51 @@ def student_notebook(nb, name: str):
 def student_title(nb, name: str, repo) -> None:
     """Rewrite the student notebook ``nb``'s title cell: its Colab badge opens the blank
     notebook (``repo``: the course's public address, or None), and its bullet on the
-    exercises says how to reach an answer (``checks.show_solution``) instead of where they
-    are solved."""
+    exercises says how they work (``checks.show_solution``)."""
     title = nb.cells[0] if nb.cells else None
     if title is None or title.cell_type != "markdown" or not title.source.startswith("# "):
         return  # no title cell (the course's notebooks all have one: notebook_links checks)
     title.source = notebook_links.with_badge(
         title.source, notebook_links.badge(repo, name, student=True)
     )
+    _set_bullet(nb, name, STUDENT_BULLET)
+
+
+def learner_notebook(nb, name: str):
+    """The learner's copy of the solved notebook ``nb`` (a new object), as ``notebooks/`` holds
+    it: each solution replaced by its stub, each check cell's output by the one line its check
+    prints for a stub (``lib.checks``: "not attempted yet", and how to see the answer), the
+    title's bullet on exercises saying how they work; every other cell and output as the
+    solved notebook stores it (later cells use lib's reference, never an exercise's answer:
+    strict nbval on the learner's copy proves it)."""
+    from lib.checks._core import not_attempted_line
+
+    learner, infos = student_notebook(nb, name)  # validates the markers, writes the stubs
+    for info, cell, solved in zip(infos, learner.cells, nb.cells, strict=True):
+        if cell.cell_type != "code":
+            continue
+        cell.execution_count = solved.execution_count
+        if info.is_check:
+            lines = [not_attempted_line(m.group(2)) for m in CHECK_CALL.finditer(cell.source)]
+            text = "".join(f"{line}\n" for line in lines)
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+        elif not info.is_exercise:
+            cell.outputs = copy.deepcopy(solved.outputs)
+    title = learner.cells[0]  # its Colab badge opens the learner's copy, not the solved one
+    repo = notebook_links.repository()
+    title.source = notebook_links.with_badge(title.source, notebook_links.badge(repo, name))
+    _set_bullet(learner, name, STUDENT_BULLET)
+    return learner
+
+
+def _set_bullet(nb, name: str, template: str) -> None:
+    """The title cell's bullet on exercises, as ``template`` says (formatted with ``name``:
+    the first exercise's for the learner, the notebook's file name for the solved copy)."""
+    title = nb.cells[0] if nb.cells else None
+    if title is None or title.cell_type != "markdown" or not title.source.startswith("# "):
+        return
     first_check = next(
-        (
-            m
-            for cell in nb.cells
-            if cell.cell_type == "code"
-            for m in CHECK_CALL.finditer(cell.source)
-        ),
+        (m for c in nb.cells if c.cell_type == "code" for m in CHECK_CALL.finditer(c.source)),
         None,
     )
     if first_check is None:
@@ -211,10 +259,35 @@ def student_title(nb, name: str, repo) -> None:
     if not EXERCISES_BULLET.search(title.source):
         raise MarkerError(
             f"{name}: the title cell has exercises but no bullet '- **Exercises:** ...' saying "
-            "where they are solved (the student release rewrites it)"
+            "how they work"
         )
-    bullet = STUDENT_BULLET.format(name=first_check.group(2) or first_check.group(1))
+    value = name if template is SOLVED_BULLET else first_check.group(2) or first_check.group(1)
+    bullet = template.format(name=value)
     title.source = EXERCISES_BULLET.sub(lambda _: bullet, title.source, count=1)
+
+
+def solved_notebook(nb, name: str):
+    """The solved notebook ``nb`` with its title's bullet on exercises for instructors."""
+    nb = copy.deepcopy(nb)
+    _set_bullet(nb, name, SOLVED_BULLET)
+    return nb
+
+
+def build_learner(src: Path, out: Path) -> list[Path]:
+    """Write the learner's copy of every solved notebook in ``src`` to ``out`` (normalised as
+    the course stores notebooks); returns the files written."""
+    from tools.normalize_notebooks import normalized, text_of
+
+    written = []
+    for path in _notebooks(src):
+        learner = normalized(learner_notebook(nbformat.read(path, as_version=4), path.name))
+        nbformat.validate(learner)
+        target = out / path.name
+        text = text_of(learner)
+        if not target.exists() or target.read_text() != text:
+            target.write_text(text)
+            written.append(target)
+    return written
 
 
 def _unique(grade_id: str, taken: set[str]) -> str:
@@ -354,14 +427,19 @@ def build_nbgrader(src: Path, out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    root = Path(__file__).resolve().parents[1]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--src", type=Path, default=root / "notebooks")
+    parser.add_argument("--src", type=Path, default=SOLVED, help="the solved notebooks")
     parser.add_argument(
         "--out",
         type=Path,
-        help="write the student release here (default: build/student, unless --nbgrader is "
-        "given alone)",
+        help="write the student release here (default: build/student, unless --nbgrader or "
+        "--learner is given alone)",
+    )
+    parser.add_argument(
+        "--learner",
+        type=Path,
+        metavar="DIR",
+        help="write the learner's copies (exercises blank, outputs kept) to DIR (notebooks/)",
     )
     parser.add_argument(
         "--solutions",
@@ -378,12 +456,14 @@ def main(argv: list[str] | None = None) -> int:
         "are left alone)",
     )
     args = parser.parse_args(argv)
-    if args.out is None and args.nbgrader is None:
-        args.out = root / "build" / "student"
-    pairs = []
+    if args.out is None and args.nbgrader is None and args.learner is None:
+        args.out = ROOT / "build" / "student"
+    pairs, learner = [], []
     try:
         if args.out is not None:
             pairs = build(args.src, args.out)
+        if args.learner is not None:
+            learner = build_learner(args.src, args.learner)
         if args.nbgrader:
             build_nbgrader(args.src, args.nbgrader)
         if args.solutions:
@@ -391,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     except MarkerError as exc:
         print(f"make_student: {exc}", file=sys.stderr)
         return 1
-    for _, target in pairs:
+    for target in [t for _, t in pairs] + learner:
         print(f"wrote {target}")
     if args.nbgrader:
         print(f"wrote nbgrader source notebooks to {args.nbgrader}")

@@ -15,7 +15,7 @@ opening and saving one leaves ``git status`` clean:
 - the file is written as Jupyter's server writes it (nbformat: one-space indent, sorted keys,
   a final newline).
 
-With no NOTEBOOK arguments it works on every notebook in notebooks/.
+With no NOTEBOOK arguments it works on every notebook in notebooks/ and notebooks/solved/.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--check", action="store_true", help="only report; exit 1 if any")
     args = parser.parse_args(argv)
-    paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    paths = args.notebooks or sorted((ROOT / "notebooks").glob("**/*.ipynb"))
     stale = not_normalized(paths)
     for path in stale:
         if path.is_relative_to(Path.cwd()):

@@ -7,20 +7,21 @@
 The setting is the course's public address, ``[project.urls] Repository`` in pyproject.toml
 (a GitHub repository: Colab opens notebooks from GitHub). From it this tool writes
 
-- the **set-up cell**, the first code cell of every notebook: one template, filled in with
-  the address to install the course from and the optional parts the notebook uses (found by
-  reading its imports: ``lib.bert`` needs ``"model"``, torch needs ``"torch"``);
+- the **set-up cell**, the first code cell of every notebook (the learner's copies in
+  notebooks/ and the solved ones in notebooks/solved/): one five-line template, filled in
+  with the address to install the course from and the optional parts the notebook uses
+  (found by reading its imports: ``lib.bert`` needs ``"model"``, torch needs ``"torch"``);
 - the **Colab badge**, the line after the title in every notebook's first cell, and the
-  Colab column of the README's table of notebooks;
+  README's Colab line and the Colab column of its table of notebooks;
 - the README's **site line** ("Read the course online"), the address GitHub Pages gives
   the repository, where .github/workflows/site.yml publishes `make site`'s build;
 - the **packaged data**: ``lib/data/`` holds copies of the files in ``data/`` that notebooks
   read at run time, so that they ship inside the package.
 
-While the address is not set, the set-up cell asks for ``COURSE_SOURCE`` and the badges and
-the site line say that the course is not published yet; nothing links anywhere.
-``COURSE_SOURCE`` (an environment variable read by the set-up cell when it runs) overrides
-the address: the tests use it to install the course from a wheel built from the checkout.
+While the address is not set, the set-up cell installs the course from its wheel next to the
+notebook (where Colab's Files pane uploads it; ``pip wheel --no-deps .`` in a clone makes
+it), and the badges and the site line say that the course is not published yet; nothing
+links anywhere.
 """
 
 from __future__ import annotations
@@ -40,70 +41,34 @@ DATA_FILES = ("probe_sentences.json",)  # data/ files read at run time, shipped 
 BRANCH = "main"
 STUDENT_BRANCH = "student"  # the student release, published by .github/workflows/student.yml
 SETUP_CELL_ID = "setup"
-SETUP_FIRST_LINE = "# Set-up. After `make lab` this cell does nothing."
+SETUP_FIRST_LINE = "import importlib.metadata  # Set-up: after `make lab` this cell does nothing."
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BADGE_LINE = re.compile(r"^(\[!\[Open In Colab\]|\*Run in Colab:\*).*$", re.MULTILINE)
 
+# Five lines a newcomer can read. Where the course's distribution is not installed (its
+# .dist-info, which pip writes last, is missing) pip installs it; then course_setup.set_up
+# installs what the notebook needs (course_setup/install.py says how, and how it recovers).
 SETUP_TEMPLATE = """\
-{first_line} In Colab, or any Jupyter without the
-# course, it installs the course's helpers (`lib`) and what they need that is missing,
-# upgrading nothing already installed. Stopped, or failed? Do what it says and run it
-# again: it carries on from where it stopped (README, "Run in Colab").
-import importlib
-import os
-import subprocess
-import sys
-import time
+{first_line}
 
-started = None  # when this cell began installing the course
-try:  # course_setup.install imports only the standard library
-    from course_setup import install
-
-    course_missing = not install.course_complete()
-except Exception:  # not installed, or pip was stopped while writing course_setup/install.py
-    course_missing = True
-if course_missing:  # not installed, or pip was stopped half-way: install it (again)
-    started = time.monotonic()
-    colab = "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
-{source_lines}
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed"]
-    done = subprocess.run([*pip, source], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"pip could not install the course from {{source}}:\\n{{done.stderr}}\\n{{todo}}"
-        )
-    importlib.invalidate_caches()
-    sys.modules.pop("course_setup.install", None)  # a half-written copy may have been imported
-    install = importlib.import_module("course_setup.install")
-install.set_up(needs={needs}, started=started)
-importlib.import_module("course_setup.doctor").note()  # one line, if outputs may differ here"""
-
-SOURCE_PUBLISHED = '''\
-    todo = (  # what to do, where the learner is
-        "Check that this runtime is online, then run this cell again."
-        if colab
-        else "Check the network and run this cell again, or run `make lab` in a clone of the "
-        "course and open the notebook there."
-    )
-    # Where from: the course's public address; COURSE_SOURCE overrides it (tests use a wheel).
-    source = os.environ.get("COURSE_SOURCE") or "{archive}"'''
-
-SOURCE_UNPUBLISHED = """\
-    wheel = os.path.join(os.getcwd(), "{wheel}")
-    todo = (  # what to do, where the learner is
-        f"Upload the course's wheel (Files pane), run `%env COURSE_SOURCE={{wheel}}` in a new "
-        "cell, then this cell again."
-        if colab
-        else "Run `make lab` in a clone of the course and open the notebook there, or run "
-        "`%env COURSE_SOURCE=PATH` (a clone, wheel or archive of the course) and this cell again."
-    )
-    source = os.environ.get("COURSE_SOURCE")  # a wheel, an archive or a folder of the course
-    if not source:
-        raise RuntimeError(f"this copy of the course has no public address yet. {{todo}}")"""
+if not any(importlib.metadata.distributions(name="{distribution}")):  # e.g. in Colab:
+    %pip install --quiet --no-deps {source}
+importlib.import_module("course_setup.cell").set_up(needs={needs})  # and what it needs"""
 
 UNPUBLISHED_BADGE = (
-    "*Run in Colab:* not yet: this copy of the course has no public address (README, "
-    '"Publishing the course").'
+    "*Run in Colab:* not yet: this copy of the course has no public address (instructor "
+    'guide, "Publishing the course").'
+)
+
+# The README's line on Colab, just above its table of notebooks.
+README_COLAB_LINE = re.compile(r"^\*Run in Colab:\*.*$", re.MULTILINE)
+UNPUBLISHED_README_COLAB = (
+    "*Run in Colab:* not yet: this copy of the course has no public address ([instructor "
+    "guide](docs/instructor_guide.md#publishing-the-course))."
+)
+PUBLISHED_README_COLAB = (
+    "*Run in Colab:* the last column opens a notebook there; its first cell installs the "
+    "course (see [Run in Colab](#run-in-colab))."
 )
 
 # The README's line with the course's website, just above its table of notebooks.
@@ -187,13 +152,15 @@ def wheel_name(pyproject: Path = ROOT / "pyproject.toml") -> str:
 
 
 def setup_source(repo: Repository | None, needs: tuple[str, ...]) -> str:
-    """The set-up cell for a notebook that uses the optional parts ``needs``."""
-    if repo is None:
-        source_lines = SOURCE_UNPUBLISHED.format(wheel=wheel_name())
-    else:
-        source_lines = SOURCE_PUBLISHED.format(archive=repo.archive)
+    """The set-up cell for a notebook that uses the optional parts ``needs``: it installs the
+    course from its public archive, or while it has none, from its wheel next to the notebook
+    (where Colab's Files pane uploads it)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     return SETUP_TEMPLATE.format(
-        first_line=SETUP_FIRST_LINE, source_lines=source_lines, needs=_tuple(needs)
+        first_line=SETUP_FIRST_LINE,
+        distribution=project["name"],
+        source=wheel_name() if repo is None else repo.archive,
+        needs=_tuple(needs),
     )
 
 
@@ -208,7 +175,7 @@ def badge(repo: Repository | None, notebook: str, student: bool = False) -> str:
         return UNPUBLISHED_BADGE
     line = f"[![Open In Colab]({BADGE_IMAGE})]({repo.colab(notebook, student)})"
     if student:  # the blank notebook's badge, then where its solved version opens
-        line += f" (blank exercises; [the solved notebook]({repo.colab(notebook)}))"
+        line += f" (blank exercises; [the solved notebook]({repo.colab(f'solved/{notebook}')}))"
     return line
 
 
@@ -221,18 +188,20 @@ def with_badge(title_cell: str, line: str) -> str:
 
 
 def updated_notebook(path: Path, repo: Repository | None):
-    """The notebook at ``path`` with its badge and set-up cell as the setting says."""
+    """The notebook at ``path`` with its badge and set-up cell as the setting says (a solved
+    copy's badge opens it from notebooks/solved/)."""
     nb = nbformat.read(path, as_version=4)
     first = nb.cells[0]
     if first.cell_type != "markdown" or not first.source.startswith("# "):
         raise ValueError(f"{path.name}: the first cell must be the markdown title (# ...)")
-    first.source = with_badge(first.source, badge(repo, path.name))
+    where = f"solved/{path.name}" if path.parent.name == "solved" else path.name
+    first.source = with_badge(first.source, badge(repo, where))
     source = setup_source(repo, needs_of(nb))
     code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
     if not code:
         raise ValueError(f"{path.name} has no code cell")
     setup = nb.cells[code[0]]
-    if setup.source.startswith(SETUP_FIRST_LINE):
+    if setup.source.startswith(SETUP_FIRST_LINE) or setup.get("id") == SETUP_CELL_ID:
         setup.source = source
     else:
         cell = nbformat.v4.new_code_cell(source)
@@ -267,29 +236,40 @@ def with_site_line(text: str, repo: Repository | None) -> str:
 
 
 def readme_text(text: str, repo: Repository | None) -> str:
-    """The README with its site line and the Colab column of its notebook table filled in."""
-    lines = with_site_line(text, repo).split("\n")
+    """The README with its site line, its Colab line and the Colab column of its notebook
+    table as the setting says: while the course has no address, one "not yet" line and no
+    Colab column; once it has one, a badge per notebook in a column of its own."""
+    text = with_site_line(text, repo)
+    colab_line = UNPUBLISHED_README_COLAB if repo is None else PUBLISHED_README_COLAB
+    if README_COLAB_LINE.search(text):
+        text = README_COLAB_LINE.sub(lambda _: colab_line, text, count=1)
+    else:  # its own paragraph, just above the table (and below the site line)
+        table = text.find("\n| # | notebook |")
+        text = f"{text[:table]}\n{colab_line}\n{text[table:]}"
     out = []
-    in_table = False
-    for line in lines:
+    for line in text.split("\n"):
         row = re.match(r"^\| (\d\d) \| \[[^]]*\]\(notebooks/([^)]+\.ipynb)\) \|", line)
         if row:
-            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-            colab = badge(repo, row.group(2)) if repo else "not yet"
-            line = "| " + " | ".join([*cells[:3], colab]) + " |"
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")][:3]
+            cells += [badge(repo, row.group(2))] if repo else []
+            line = "| " + " | ".join(cells) + " |"
         elif line.startswith("| # | notebook |"):
-            line = "| # | notebook | what you leave with | Colab |"
-            in_table = True
-        elif in_table and line.startswith("|---|---"):
-            line = "|---|----------|---------------------|-------|"
-            in_table = False
+            line = "| # | notebook | what you leave with |" + (" Colab |" if repo else "")
+        elif line.startswith("|---|----------|"):
+            line = "|---|----------|---------------------|" + ("-------|" if repo else "")
         out.append(line)
     return "\n".join(out)
 
 
+def notebooks(root: Path = ROOT) -> list[Path]:
+    """The learner's notebooks, then the solved copies (notebooks/solved/)."""
+    learner = sorted((root / "notebooks").glob("*.ipynb"))
+    return learner + sorted((root / "notebooks" / "solved").glob("*.ipynb"))
+
+
 def expected_files(repo: Repository | None, root: Path = ROOT) -> dict[Path, str]:
     files = {}
-    for path in sorted((root / "notebooks").glob("*.ipynb")):
+    for path in notebooks(root):
         files[path] = nbformat.writes(updated_notebook(path, repo)) + "\n"
     files[root / "README.md"] = readme_text((root / "README.md").read_text(), repo)
     for name in DATA_FILES:
@@ -304,7 +284,7 @@ def differences(repo: Repository | None, root: Path = ROOT) -> list[str]:
     notebook saved by JupyterLab with other formatting still agrees.
     """
     found = []
-    for path in sorted((root / "notebooks").glob("*.ipynb")):
+    for path in notebooks(root):
         stored = nbformat.read(path, as_version=4)
         want = updated_notebook(path, repo)
         if _setup_and_badge(stored) != _setup_and_badge(want):

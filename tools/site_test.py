@@ -352,7 +352,7 @@ def solution_regions(notebook: str) -> tuple[str, ...]:
 
     from tools import make_student
 
-    nb = nbformat.read(ROOT / "notebooks" / f"{notebook}.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "notebooks" / "solved" / f"{notebook}.ipynb", as_version=4)
     _, infos = make_student.student_notebook(nb, notebook)
     return tuple(
         "\n".join(line.strip() for line in region.lines if line.strip())
@@ -454,7 +454,7 @@ def plant_reader_faults(folder: Path, html: str) -> str:
     """The self-check's page with a solution shown, a long output shown whole and its "Time:"
     line gone; its student version replaced by the solved notebook."""
     name = Path(BROKEN_PAGE).stem
-    solved = (ROOT / "notebooks" / f"{name}.ipynb").read_text()
+    solved = (ROOT / "notebooks" / "solved" / f"{name}.ipynb").read_text()
     (folder / "student" / f"{name}.ipynb").write_text(solved)
     html = html.replace("<strong>Time:</strong>", "<strong>Duration:</strong>", 1)
     return html.replace("</article>", PLANTED_READER + "</article>", 1)
@@ -530,7 +530,7 @@ def _stem(word: str) -> str:
 def notebook_cells(notebook: str) -> tuple[tuple[bool, str], ...]:
     """The stored notebook's cells in page order: (a solution cell?, its source and text
     outputs). A solution cell is wholly collapsed on the site, so wholly kept from search."""
-    cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
+    cells = json.loads((ROOT / "notebooks" / "solved" / f"{notebook}.ipynb").read_text())["cells"]
     found = []
     for cell in cells:
         text = ["".join(cell["source"])]

@@ -13,6 +13,7 @@ fails (shape, sums, ...).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -34,6 +35,50 @@ class CheckFailed(AssertionError):
 
     def _render_traceback_(self) -> list[str]:
         return [f"{_RED}CheckFailed{_RESET}: {self}"]
+
+
+class NotAttempted(CheckFailed):
+    """The exercise is still its stub: the function raised ``NotImplementedError()`` itself.
+    A grader counts it as a failure; in the learner's notebook :func:`exercise` shows it as
+    one line instead, so that Run all goes on."""
+
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(
+            f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
+        )
+
+
+def grading() -> bool:
+    """Whether the check runs under a grader that scores it by whether it raises: nbgrader
+    sets ``NBGRADER_EXECUTION`` (``autograde``, ``validate``) in the kernels it runs. (The
+    course's own grader, tools/grade.py, calls the undecorated check, ``check.__wrapped__``.)"""
+    return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def exercise(check: Callable) -> Callable:
+    """Make ``check`` an exercise's check as the notebooks call it: an exercise not attempted
+    yet (still its stub) prints one line saying so and how to see the course's answer, and
+    raises nothing, so that the cells after it run on lib's reference; a grader gets
+    :class:`NotAttempted`. Every other answer is checked as ``check`` checks it."""
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except NotAttempted as exc:
+            if grading():
+                raise
+            print(not_attempted_line(exc.name))
+            return None
+
+    return checked
+
+
+def not_attempted_line(name: str) -> str:
+    """What an exercise's check prints in the learner's notebook while ``name`` is its stub:
+    one line, shorter than JupyterLab's code column, under the exercise it is about."""
+    return f'○ Not attempted yet. Stuck after trying? checks.show_solution("{name}")'
 
 
 # --------------------------------------------------------------------------- calling
@@ -144,9 +189,7 @@ def call(
                 f"{name} calls {helper}, which is not implemented yet: finish {helper} "
                 "first (replace its `raise NotImplementedError()`)."
             ) from None
-        raise CheckFailed(
-            f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
-        ) from None
+        raise NotAttempted(name) from None
     except Exception as exc:  # noqa: BLE001 - any error in student code becomes a message
         if type(exc).__name__ == "LibCallRefused":  # rebuilt by the grader from the kernel's
             raise CheckFailed(str(exc)) from None

@@ -10,7 +10,17 @@ import numpy as np
 
 from .. import attention as A
 from .. import lists as L
-from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed, same_array
+from ._core import (
+    CheckFailed,
+    as_array,
+    call,
+    close,
+    diagnose,
+    exercise,
+    expect_shape,
+    passed,
+    same_array,
+)
 
 NEG_INF = float("-inf")
 
@@ -57,6 +67,7 @@ def _shifted_log_softmax(row, shift):
     return [s - c - log_total for s in row]
 
 
+@exercise
 def check_log_softmax_list(log_softmax_fn: Callable[[list[float]], list[float]]) -> None:
     """Exercise (notebook 01): the log of the softmax weights of one Python list, computed
     stably (the log-sum-exp trick), masks included."""
@@ -243,6 +254,7 @@ def _window_of(n: int, arr: np.ndarray) -> int | None:
     return None
 
 
+@exercise
 def check_sliding_window_mask_list(window_mask_fn: Callable[[int, int], list[list[bool]]]) -> None:
     """Exercise (notebook 01): the sliding-window causal mask as a list of lists of booleans.
 
@@ -450,7 +462,7 @@ def _numeric(value) -> bool:
     return True
 
 
-# lib's attention, which exercise 3 asks the student to write (section 3 of the notebook
+# lib's attention, which exercise 3 asks the student to write (section 5 of the notebook
 # shows L.attention; while the student's function runs, these raise instead of running).
 _LIB_ATTENTION = (
     ("lib.lists", "attention", "L.attention"),
@@ -460,6 +472,7 @@ _LIB_ATTENTION = (
 )
 
 
+@exercise
 def check_attention_list(attention_fn: Callable) -> None:
     """Exercise (notebook 01): attention(Q, K, V, mask) on lists -> (output, weights)."""
     name = "attention"

@@ -14,6 +14,7 @@ from ._core import (
     call,
     close,
     diagnose,
+    exercise,
     expect_shape,
     passed,
     same_array,
@@ -41,6 +42,7 @@ _UNSTABLE = np.array(
 )
 
 
+@exercise
 def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 02): vectorised, stable softmax over the last axis."""
     name = "softmax"
@@ -150,6 +152,7 @@ def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     passed("softmax: rows sum to 1, stable far apart, -inf gives 0 and an all -inf row zeros.")
 
 
+@exercise
 def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
     """Exercise (notebook 02): the (n_q, n_k) causal mask of n_q new queries that come after
     n_k - n_q earlier (cached) keys."""
@@ -231,6 +234,7 @@ def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
     passed("causal_mask: query i (position n_k - n_q + i) sees keys 0 .. n_k - n_q + i.")
 
 
+@exercise
 def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarray]) -> None:
     """Exercise (notebook 02): padding mask of shape (batch, 1, 1, n_k)."""
     name = "padding_mask"

@@ -12,6 +12,7 @@ from ._core import (
     as_array,
     call,
     diagnose,
+    exercise,
     expect_shape,
     passed,
     same_array,
@@ -52,6 +53,7 @@ def _leading_hint(name: str, shape: tuple[int, ...], layout: str):
     )
 
 
+@exercise
 def check_split_heads(split_heads_fn: Callable[[np.ndarray, int], np.ndarray]) -> None:
     """Exercise (notebook 03): (..., seq, d_model) -> (..., heads, seq, d_k)."""
     name = "split_heads"
@@ -112,6 +114,7 @@ def check_split_heads(split_heads_fn: Callable[[np.ndarray, int], np.ndarray]) -
     passed("split_heads: head h gets features h*d_k:(h+1)*d_k of each token; 0 to 2 leading axes.")
 
 
+@exercise
 def check_merge_heads(merge_heads_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 03): (..., heads, seq, d_k) -> (..., seq, heads * d_k)."""
     name = "merge_heads"
@@ -246,6 +249,7 @@ def _count_mistakes(d, s, h, k, v, bias, where):
     ]
 
 
+@exercise
 def check_param_count(param_count_fn: Callable[..., int]) -> None:
     """Exercise (notebook 03): learnable numbers of a multi-head attention layer with its
     own head widths d_k, d_v and a source of d_source features for the keys and values."""

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import attention as A
 from .. import heads as H
-from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed
+from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expect_shape, passed
 
 
 def _head_weights(seed: int, batch: int = 2, heads: int = 3, n: int = 5) -> np.ndarray:
@@ -25,6 +25,7 @@ def _plog(w):
     return np.log(np.where(w > 0, w, 1.0))
 
 
+@exercise
 def check_entropy(entropy_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 04): entropy in nats of every attention row, (..., n_k) -> (...)."""
     name = "entropy"
@@ -69,6 +70,7 @@ def check_entropy(entropy_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     passed("entropy: natural log, 0 * log 0 counted as 0, one value per query row.")
 
 
+@exercise
 def check_previous_token_score(score_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 04): mean weight on the previous token, per head."""
     name = "previous_token_score"
@@ -120,6 +122,7 @@ def check_previous_token_score(score_fn: Callable[[np.ndarray], np.ndarray]) -> 
     passed("previous_token_score: mean of w[i, i-1] over queries 1..n-1, per head.")
 
 
+@exercise
 def check_head_similarity(similarity_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 04): cosine similarity between heads, (batch, heads, n, n) -> (h, h)."""
     name = "head_similarity"

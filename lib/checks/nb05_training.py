@@ -1,5 +1,5 @@
 """Checks of notebook 05 (training heads): the softmax backward pass, the gradient of the
-cross-entropy, one Adam step, the head-count sweep (the syllabus's experiment E12.2) run by its
+cross-entropy, one Adam step, the head-count sweep run by its
 protocol, and reading the sweep's results."""
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from ._core import (
     call,
     close,
     diagnose,
+    exercise,
     expect_shape,
     passed,
     same_unstable,
 )
 
 
+@exercise
 def check_softmax_backward(
     softmax_backward_fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> None:
@@ -170,6 +172,7 @@ def _ce_mistakes(name, logits, targets, expected):
     ]
 
 
+@exercise
 def check_cross_entropy_grad(grad_fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 05): dL/dlogits of the mean cross-entropy over scored answers."""
     name = "cross_entropy_grad"
@@ -219,6 +222,7 @@ def _adam_steps():
     return steps
 
 
+@exercise
 def check_adam_step(adam_step_fn: Callable) -> None:
     """Exercise (notebook 05): one Adam update.
 
@@ -335,7 +339,7 @@ def check_adam_step(adam_step_fn: Callable) -> None:
     passed("adam_step: running averages of g and g^2, bias-corrected, three steps match.")
 
 
-# --------------------------------------------------------------------------- the sweep (E12.2)
+# --------------------------------------------------------------------------- the sweep
 
 
 def _sweep_model(vocab: int, n: int, d_model: int, n_slots: int, n_heads: int, rng):
@@ -512,8 +516,9 @@ _SWEEP_MISTAKES = (
 )
 
 
+@exercise
 def check_head_count_sweep(sweep_fn: Callable) -> None:
-    """Exercise (notebook 05): the head-count sweep (E12.2), run by the protocol.
+    """Exercise (notebook 05): the head-count sweep, run by the protocol.
 
     ``sweep_fn(make_model, make_batch, eval_data, head_counts, seeds, budget, target,
     eval_every) -> {(h, seed): {"accuracy", "steps", "entropy"}}``. Runs two small sweeps and
@@ -708,6 +713,7 @@ def _same_count(a, b) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and float(a) == b)
 
 
+@exercise
 def check_smallest_sufficient_heads(smallest_fn: Callable) -> None:
     """Exercise (notebook 05): the smallest head count with which every seed reached the
     target, from a sweep's results (``head_count_sweep``'s dict); None when there is none.

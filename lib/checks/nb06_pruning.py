@@ -1,5 +1,5 @@
 """Checks of notebook 06 (pruning heads): ablation drops, gradient importance, the Spearman
-rank correlation, iterative pruning (the syllabus's experiment E12.3) and the lookup each head
+rank correlation, iterative pruning and the lookup each head
 does. The checks on models use small models trained here, with different numbers of heads, so
 that no shape can be hard-coded."""
 
@@ -13,7 +13,17 @@ import numpy as np
 
 from .. import heads as H
 from .. import pruning, tiny
-from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed, same_value
+from ._core import (
+    CheckFailed,
+    as_array,
+    call,
+    close,
+    diagnose,
+    exercise,
+    expect_shape,
+    passed,
+    same_value,
+)
 
 
 @functools.cache
@@ -40,6 +50,7 @@ def _small_trained_models():
         yield copy.deepcopy(model), model, ids, targets
 
 
+@exercise
 def check_ablation_drops(drops_fn: Callable) -> None:
     """Exercise (notebook 06): ``drops_fn(model, ids, targets) -> (heads,)`` accuracy drops."""
     name = "ablation_drops"
@@ -93,6 +104,7 @@ def _proportional(a, b) -> bool:
     return bool(scale > 0 and np.allclose(a, scale * b, rtol=1e-7, atol=1e-12 * np.abs(a).max()))
 
 
+@exercise
 def check_gradient_importance(importance_fn: Callable) -> None:
     """Exercise (notebook 06): ``importance_fn(model, ids, targets) -> (heads,)``.
 
@@ -142,6 +154,7 @@ def _ordinal(x):
     return np.argsort(np.argsort(x, kind="stable"), kind="stable") + 1.0
 
 
+@exercise
 def check_spearman(spearman_fn: Callable) -> None:
     """Exercise (notebook 06): Spearman rank correlation of two 1-D arrays, ties averaged."""
     name = "spearman"
@@ -192,7 +205,7 @@ def check_spearman(spearman_fn: Callable) -> None:
     passed("spearman: Pearson correlation of the ranks, ties averaged.")
 
 
-# --------------------------------------------------------------------------- pruning (E12.3)
+# --------------------------------------------------------------------------- pruning
 
 # (n_heads, d_model, seed, max_drop) of small models whose pruning removes some heads and
 # stops before the last: re-scoring changes the order in the first, drops tie at 0 in the
@@ -225,8 +238,9 @@ def _removed_list(got, name: str, n_heads: int) -> list[int]:
     return values
 
 
+@exercise
 def check_prune_heads(prune_fn: Callable) -> None:
-    """Exercise (notebook 06): iterative pruning by ablation (E12.3).
+    """Exercise (notebook 06): iterative pruning by ablation.
 
     ``prune_fn(model, select_data, max_drop) -> [heads removed, in order]``. Replays the
     answer step by step on three small trained models: each step must remove a head whose
@@ -381,6 +395,7 @@ def _roles_cases():
     yield _pattern_weights(3, 6, [[(2, 0.7)], [(1, 0.55)], [], [(1, 0.95)]]), (2, 1), 0.6
 
 
+@exercise
 def check_head_roles(roles_fn: Callable) -> None:
     """Exercise (notebook 06): the lookup each head does, (heads,) ints: for each head the
     offset ``o`` in ``offsets`` with the highest mean weight on key ``i - o`` (over the queries

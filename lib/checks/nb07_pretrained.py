@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import attention as A
 from .. import head_types as HT
-from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed
+from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expect_shape, passed
 
 
 def _padded_scores(seed: int, lead: tuple[int, ...], lengths: Sequence[int], n: int, heads: int):
@@ -26,6 +26,7 @@ def _weights_from_scores(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return A.softmax(np.where(mask[:, None, None, :], scores, -np.inf))
 
 
+@exercise
 def check_target_score(score_fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]):
     """Exercise (notebook 07): mean weight on target keys over the chosen queries, per head."""
     name = "target_score"
@@ -141,6 +142,7 @@ def _read_head_answer(name: str, got) -> tuple[int, int, float]:
     return layer, head, float(score_arr)
 
 
+@exercise
 def check_find_offset_head(find_fn: Callable[[np.ndarray, np.ndarray, int], tuple]) -> None:
     """Exercise (notebook 07): the (layer, head, score) of the head that puts the most weight
     on the token ``offset`` places away (key i + offset), scored over the queries that have
@@ -255,6 +257,7 @@ def _coreference_case(seed: int, layers: int, heads: int, lengths: Sequence[int]
     return w, p, a, d
 
 
+@exercise
 def check_coreference_accuracy(acc_fn: Callable[..., np.ndarray]) -> None:
     """Exercise (notebook 07): per head, how often the pronoun prefers its antecedent."""
     name = "coreference_accuracy"

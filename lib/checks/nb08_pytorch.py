@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import attention as A
 from .. import torch_bridge as TB
-from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed
+from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expect_shape, passed
 
 
 def _is_tensor(value) -> bool:
@@ -55,6 +55,7 @@ def mask_cases() -> list[tuple[np.ndarray, int]]:
     return [(shared, 3), (per_head, 2), (causal_padded, 2)]
 
 
+@exercise
 def check_torch_mask(to_torch_mask_fn: Callable) -> None:
     """Exercise (notebook 08): our boolean mask (batch, 1 or n_heads, n_q, n_k), True = may
     attend, as the 3-axis boolean ``attn_mask`` of ``nn.MultiheadAttention``:
@@ -171,6 +172,7 @@ def torch_layers() -> list:
 _LIB_FROM_TORCH = ("lib.torch_bridge", "from_torch_mha", "TB.from_torch_mha")
 
 
+@exercise
 def check_from_torch(from_torch_fn: Callable) -> None:
     """Exercise (notebook 08): an nn.MultiheadAttention's weights as our MHAParams (W_q, W_k,
     W_v, W_o of shape (d_in, d_out), biases when the layer has them, its head count)."""
@@ -303,6 +305,7 @@ def _torch_run(module, x_q, x_kv, blocked):
     return out.numpy(), w.numpy()
 
 
+@exercise
 def check_torch_attention(attention_fn: Callable) -> None:
     """Exercise (notebook 08): nn.MultiheadAttention run on our inputs and mask
     (batch, 1, n_q, n_k) so that it returns what A.multi_head_attention returns, also for

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import attention as A
 from .. import positions as POS
-from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed
+from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expect_shape, passed
 
 # --------------------------------------------------------------------------- sinusoidal shift
 
@@ -29,6 +29,7 @@ def _shift(k, d, base, *, two=True, sign=-1.0, layout="interleaved", cos_sin=Tru
     return R
 
 
+@exercise
 def check_sinusoidal_shift(shift_fn: Callable[[int, int, float], np.ndarray]) -> None:
     """Exercise (notebook 09): the matrix R_k with PE[p + k] = PE[p] @ R_k for every p."""
     name = "sinusoidal_shift"
@@ -151,6 +152,7 @@ _LIB_ROPE = (
 )
 
 
+@exercise
 def check_rope_scores(scores_fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]) -> None:
     """Exercise (notebook 09): RoPE with the interleaved layout, then q k^T / sqrt(d_k)."""
     name = "rope_scores"
@@ -255,6 +257,7 @@ def _alibi_cases():
     yield 1, 7, POS.alibi_slopes(4)  # one new query with six cached keys
 
 
+@exercise
 def check_alibi_bias(bias_fn: Callable[[int, int, np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 09): ALiBi's bias (heads, n_q, n_k), queries the last n_q positions;
     only the entries a causal query may attend to are compared."""

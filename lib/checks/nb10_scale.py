@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import attention as A
 from .. import blockwise as BW
-from ._core import CheckFailed, as_array, call, close, diagnose, expect_shape, passed
+from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expect_shape, passed
 
 # --------------------------------------------------------------------------- online softmax
 
@@ -77,6 +77,7 @@ def _update_mistakes(m, l, acc, s, v):
         }
 
 
+@exercise
 def check_online_softmax_update(update_fn: Callable) -> None:
     """Exercise (notebook 10): one key block of the online softmax for a block of rows:
     (m, l, acc, scores, v) -> the new (m, l, acc)."""
@@ -193,6 +194,7 @@ def _decode_reference(x_new, params, k_cache, v_cache, variant=None):
     return out, *returned
 
 
+@exercise
 def check_decode_step(decode_fn: Callable) -> None:
     """Exercise (notebook 10): one decoding step with a cache: (x_new, params, k_cache,
     v_cache) -> (out, k_cache, v_cache), the caches with the new token's key and value
@@ -296,6 +298,7 @@ def _gqa_reference(q, k, v, mapping="interleave", scale=True, axis=-1):
     return A.softmax(s, axis=axis) @ v_h
 
 
+@exercise
 def check_gqa_attention(gqa_fn: Callable) -> None:
     """Exercise (notebook 10): attention with grouped key/value heads: q (batch, heads, n_q,
     d_k), k (batch, kv heads, n_k, d_k), v (batch, kv heads, n_k, d_v) -> (batch, heads,

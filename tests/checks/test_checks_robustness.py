@@ -456,7 +456,7 @@ def solution_lines():
     import json
 
     lines = set()
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    for path in sorted((ROOT / "notebooks" / "solved").glob("*.ipynb")):
         for cell in json.loads(path.read_text())["cells"]:
             inside = False
             for line in "".join(cell["source"]).split("\n"):

@@ -24,3 +24,48 @@ def test_show_refuses_a_missing_alt_text(alt):
     with pytest.raises(ValueError, match="needs a sentence saying what the figure shows"):
         plots.show(fig, alt=alt)
     plt.close(fig)
+
+
+def test_the_flow_of_one_head_names_every_step_with_its_shape():
+    fig = plots.plot_attention_flow(n=7, d_model=8, d_k=4)
+    texts = [t for t in fig.axes[0].texts if t.get_text()]
+    labels = [t.get_text().split("\n") for t in texts]
+    assert labels == [
+        ["X", "(7, 8)"],
+        ["$\\times\\ W_Q$", "(8, 4)"],
+        ["$\\times\\ W_K$", "(8, 4)"],
+        ["$\\times\\ W_V$", "(8, 4)"],
+        ["Q", "(7, 4)"],
+        ["K", "(7, 4)"],
+        ["V", "(7, 4)"],
+        ["scores", "$QK^\\top / \\sqrt{4}$", "(7, 7)"],
+        ["softmax", "of each row"],
+        ["weights", "(7, 7)"],
+        ["output", "weights V", "(7, 4)"],
+    ]
+    assert all(t.get_fontsize() >= plots.SMALLEST_FONT_PT for t in texts)
+    arrows = [t for t in fig.axes[0].texts if not t.get_text()]
+    assert len(arrows) == 12  # X to the three projections, ..., weights and V to the output
+    plt.close(fig)
+
+
+def test_the_head_split_draws_every_matrix_to_scale_with_its_shape():
+    fig = plots.plot_head_split(seq=7, d_model=8, n_heads=2)
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts if t.get_text()]
+    for label in ["x", "Q", "$Q_0$", "$Q_1$", "head$_0$", "head$_1$", "concat", "@ $W_O$"]:
+        assert label in texts
+    assert texts.count("(seq, d_model)\n= (7, 8)") == 3  # x, Q and the output
+    assert texts.count("(seq, d_k) each\n= (7, 4)") == 2  # the heads' queries and outputs
+    assert "(seq, heads * d_k)\n= (7, 8)" in texts
+    assert all(t.get_fontsize() >= plots.SMALLEST_FONT_PT for t in ax.texts)
+    # One coloured column per number: x, Q, 2 x Q_h, 2 x head_h, concat and output.
+    columns = [p for p in ax.patches if p.get_width() == 1 and p.get_height() == 7]
+    assert len(columns) == 8 + 8 + 2 * 4 + 2 * 4 + 8 + 8
+    colour = [tuple(p.get_facecolor()) for p in columns]
+    q, concat, output = colour[8:16], colour[32:40], colour[40:48]  # in drawing order
+    q_0, head_0, q_1, head_1 = colour[16:20], colour[20:24], colour[24:28], colour[28:32]
+    assert q == concat and len(set(q[:4])) == 1 and q[0] != q[4]  # block h is head h's
+    assert q_0 == head_0 == q[:4] and q_1 == head_1 == q[4:]
+    assert len(set(output)) == 1 and output[0] not in q  # the output: every head mixed
+    plt.close(fig)

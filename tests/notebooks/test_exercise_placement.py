@@ -26,7 +26,7 @@ GIVEAWAYS = {
 
 @pytest.mark.parametrize(("notebook", "function"), sorted(GIVEAWAYS))
 def test_no_cell_before_the_exercise_writes_out_its_answer(notebook, function):
-    nb = nbformat.read(ROOT / "notebooks" / f"{notebook}.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "notebooks" / "solved" / f"{notebook}.ipynb", as_version=4)
     code = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     check = next(i for i, source in code if "checks.check_" in source and f"({function})" in source)
     solution = next(i for i, source in code if source.startswith(f"def {function}("))

@@ -8,7 +8,7 @@ from helpers import ROOT
 
 from tools import normalize_notebooks as normalize
 
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("**/*.ipynb"))
 
 
 def test_every_notebook_is_normalised():
@@ -48,7 +48,9 @@ PATH = re.compile(
 )
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize(
+    "path", NOTEBOOKS, ids=lambda p: ("solved-" if p.parent.name == "solved" else "") + p.name[:2]
+)
 def test_paths_a_notebook_mentions_exist(path):
     nb = nbformat.read(path, as_version=4)
     missing = set()
@@ -98,7 +100,9 @@ def test_each_lib_module_has_one_alias_everywhere():
 MAX_PROSE_WORDS = 250  # a prose cell longer than this is split (one idea per cell)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize(
+    "path", NOTEBOOKS, ids=lambda p: ("solved-" if p.parent.name == "solved" else "") + p.name[:2]
+)
 def test_no_prose_cell_is_longer_than_the_limit(path):
     nb = nbformat.read(path, as_version=4)
     long = {
@@ -112,7 +116,9 @@ def test_no_prose_cell_is_longer_than_the_limit(path):
 MAX_OUTPUT_CHARS = 100  # what JupyterLab's output area shows unwrapped at 100 % zoom
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize(
+    "path", NOTEBOOKS, ids=lambda p: ("solved-" if p.parent.name == "solved" else "") + p.name[:2]
+)
 def test_no_printed_line_wraps_in_jupyterlab(path):
     # A longer line wraps in JupyterLab, possibly mid-number; tables become unreadable.
     nb = nbformat.read(path, as_version=4)
@@ -125,10 +131,12 @@ def test_no_printed_line_wraps_in_jupyterlab(path):
     assert not long, f"{path.name}: (cell, characters) of lines over {MAX_OUTPUT_CHARS}: {long}"
 
 
-TITLE_BULLETS = ("- **Needs:**", "- **Time:**", "- **Exercises:** solved here;")
+TITLE_BULLETS = ("- **Needs:**", "- **Time:**", "- **Exercises:**")
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+@pytest.mark.parametrize(
+    "path", NOTEBOOKS, ids=lambda p: ("solved-" if p.parent.name == "solved" else "") + p.name[:2]
+)
 def test_title_cell_has_the_same_parts_in_the_same_order(path):
     # The title, the Colab line, then what a reader decides by (read by make student, which
     # rewrites the exercises bullet, and by anyone choosing what to read next).
@@ -136,5 +144,5 @@ def test_title_cell_has_the_same_parts_in_the_same_order(path):
     paragraphs = source.split("\n\n")
     assert paragraphs[0].startswith(f"# {path.name[:2]} · "), paragraphs[0]
     assert paragraphs[1].startswith(("*Run in Colab:*", "[![Open In Colab]")), paragraphs[1]
-    bullets = re.findall(r"^- \*\*\w+:\*\*(?: solved here;)?", paragraphs[2], re.MULTILINE)
+    bullets = re.findall(r"^- \*\*\w+:\*\*", paragraphs[2], re.MULTILINE)
     assert tuple(bullets) == TITLE_BULLETS, f"{path.name}: {paragraphs[2]!r}"

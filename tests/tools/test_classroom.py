@@ -59,10 +59,11 @@ def test_the_workflow_commands_grade_a_students_push(tmp_path):
     (repo / pushed.name).write_bytes(pushed.read_bytes())
     (repo / "README.md").write_text((template / "README.md").read_text())
     dot_course = repo / ".course"
-    dot_course.mkdir()
+    (dot_course / "notebooks").mkdir(parents=True)
     for tree in ("lib", "tools", "data"):
         (dot_course / tree).symlink_to(ROOT / tree, target_is_directory=True)
-    (dot_course / "notebooks").symlink_to(source.parent, target_is_directory=True)
+    # the course's solved copies, where the workflow's grader takes the checks from
+    (dot_course / "notebooks" / "solved").symlink_to(source.parent, target_is_directory=True)
 
     def here(command: str) -> str:
         return command.replace(PYTHON, sys.executable)
@@ -97,11 +98,12 @@ def test_a_pushed_link_to_the_courses_solved_notebook_is_not_graded(tmp_path):
     student's repository holding only a symbolic link to one of them gets no points."""
     source = course(tmp_path, n_exercises=2)
     repo = tmp_path / "student-repo"
-    (repo / ".course").mkdir(parents=True)
+    (repo / ".course" / "notebooks").mkdir(parents=True)
     for tree in ("lib", "tools", "data"):
         (repo / ".course" / tree).symlink_to(ROOT / tree, target_is_directory=True)
-    (repo / ".course" / "notebooks").symlink_to(source.parent, target_is_directory=True)
-    (repo / source.name).symlink_to(Path(".course") / "notebooks" / source.name)
+    solved = repo / ".course" / "notebooks" / "solved"
+    solved.symlink_to(source.parent, target_is_directory=True)
+    (repo / source.name).symlink_to(Path(".course") / "notebooks" / "solved" / source.name)
     script = repo / ".course" / "tools" / "classroom.py"
     done = subprocess.run(
         [sys.executable, str(script), "grade", source.name],

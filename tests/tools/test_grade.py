@@ -17,7 +17,7 @@ from tools import grade
 from tools import make_student as ms
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "notebooks" / "01_attention_with_lists.ipynb"
+NOTEBOOK = ROOT / "notebooks" / "solved" / "01_attention_with_lists.ipynb"
 
 WRONG = "def {name}(row):\n    return [1.0] * len(row)  # exp of it does not sum to 1\n"
 LOG_SOFTMAX = (

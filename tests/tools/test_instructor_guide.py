@@ -100,6 +100,6 @@ def test_the_classroom_commands_in_the_guides_order(tmp_path):
     folders = sorted(p.name for p in (ROOT / "build" / "classroom").iterdir())
     assert folders == sorted(
         p.stem
-        for p in (ROOT / "notebooks").glob("*.ipynb")
+        for p in (ROOT / "notebooks" / "solved").glob("*.ipynb")
         if "checks.check_" in p.read_text(encoding="utf-8")
     )

@@ -292,7 +292,7 @@ def test_student_title_points_to_show_solution_instead_of_the_solutions():
     assert "solved here" not in title
     assert '`checks.show_solution("softmax")`' in title  # the first exercise's name
     assert "*Run in Colab:* not yet" in title  # no public address: no badge
-    assert title.endswith("after a warning.\n\nThe introduction.")  # the rest kept
+    assert title.endswith("shows the course's answer.\n\nThe introduction.")  # the rest kept
 
 
 def test_student_badge_opens_the_blank_notebook_and_links_the_solved_one():
@@ -301,9 +301,7 @@ def test_student_badge_opens_the_blank_notebook_and_links_the_solved_one():
     ms.student_title(nb, "01_a.ipynb", repo)
     title = nb.cells[0].source
     student = "https://colab.research.google.com/github/someone/course/blob/student/01_a.ipynb"
-    solved = (
-        "https://colab.research.google.com/github/someone/course/blob/main/notebooks/01_a.ipynb"
-    )
+    solved = "https://colab.research.google.com/github/someone/course/blob/main/notebooks/solved/01_a.ipynb"
     assert f"]({student})" in title and f"[the solved notebook]({solved})" in title
     assert ms.notebook_links.STUDENT_BRANCH == "student"
 

@@ -41,8 +41,12 @@ def test_a_readme_without_the_line_gets_it_above_the_table():
     text = "# Course\n\nIntro.\n\n| # | notebook | what you leave with | Colab |\n"
     shown = links.readme_text(text, None)
     assert shown == (
-        "# Course\n\nIntro.\n\n" + links.UNPUBLISHED_SITE + "\n\n"
-        "| # | notebook | what you leave with | Colab |\n"
+        "# Course\n\nIntro.\n\n"
+        + links.UNPUBLISHED_SITE
+        + "\n\n"
+        + links.UNPUBLISHED_README_COLAB
+        + "\n\n"
+        "| # | notebook | what you leave with |\n"  # no Colab column while unpublished
     )
 
 

@@ -1,5 +1,5 @@
-"""What the README says of `make test-matrix` and `make test-latest` agrees with their results
-files (docs/results/), and the judgements those tools make can fail."""
+"""What docs/testing.md says of `make test-matrix` and `make test-latest` agrees with their
+results files (docs/results/), and the judgements those tools make can fail."""
 
 import json
 import re
@@ -10,15 +10,15 @@ from helpers import ROOT
 from tools import latest as TL
 from tools import matrix as TM
 
-README = (ROOT / "README.md").read_text()
-TESTS_SECTION = README.split("\n## Tests\n")[1].split("\n## ")[0]
+TESTING = (ROOT / "docs" / "testing.md").read_text()
+RESULTS_SECTION = TESTING.split("\n## Results\n")[1].split("\n## ")[0]
 MATRIX = ROOT / "docs" / "results" / "test-matrix.json"
 LATEST = ROOT / "docs" / "results" / "test-latest.json"
 
 
 def paragraph_citing(name: str) -> str | None:
-    """The README paragraph that links docs/results/<name>, if any, on one line."""
-    found = [p for p in README.split("\n\n") if f"(docs/results/{name})" in p]
+    """The paragraph of docs/testing.md that links results/<name>, if any, on one line."""
+    found = [p for p in TESTING.split("\n\n") if f"(results/{name})" in p]
     assert len(found) <= 1, f"{name} is cited by {len(found)} paragraphs"
     return " ".join(found[0].split()) if found else None
 
@@ -31,9 +31,9 @@ def check_date_and_commit(paragraph: str, results: dict) -> None:
     assert results["worktree_clean"], "the run had uncommitted changes"
 
 
-def test_the_readme_claims_only_what_the_matrix_ran():
+def test_the_testing_page_claims_only_what_the_matrix_ran():
     paragraph = paragraph_citing("test-matrix.md")
-    kernel_lines = [line for line in TESTS_SECTION.splitlines() if "AVX" in line]
+    kernel_lines = [line for line in RESULTS_SECTION.splitlines() if "AVX" in line]
     if paragraph is None:
         assert not kernel_lines, "a claim about BLAS kernels without the matrix's results"
         return
@@ -57,10 +57,10 @@ def test_the_readme_claims_only_what_the_matrix_ran():
         assert "passes with" not in paragraph
 
 
-def test_the_readme_reports_the_latest_run():
+def test_the_testing_page_reports_the_latest_run():
     paragraph = paragraph_citing("test-latest.md")
     if paragraph is None:
-        assert not LATEST.exists(), "test-latest's results are not reported in the README"
+        assert not LATEST.exists(), "test-latest's results are not reported in docs/testing.md"
         return
     results = json.loads(LATEST.read_text())
     check_date_and_commit(paragraph, results)

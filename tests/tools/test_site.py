@@ -16,6 +16,7 @@ from tools import site_test as st  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST = "01_attention_with_lists"
+SOLVED = ROOT / "notebooks" / "solved"  # what a page shows, solutions collapsed
 
 
 def _conf():
@@ -29,20 +30,35 @@ conf = _conf()
 
 
 def test_the_reader_sees_no_nbval_marker_and_a_collapsed_set_up_cell():
-    stored = (ROOT / "notebooks" / f"{FIRST}.ipynb").read_text()
+    stored = (SOLVED / f"{FIRST}.ipynb").read_text()
     shown = json.loads(conf.reader_notebook(stored, FIRST))
     cells = json.loads(stored)["cells"]
     code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
     shown_code = [c["source"] for c in shown["cells"] if c["cell_type"] == "code"]
     assert len(shown_code) == len(code)
     assert not any("# NBVAL_" in line for c in shown_code for line in c.splitlines())
-    at = next(i for i, c in enumerate(shown["cells"]) if c["source"].startswith("# Set-up."))
+    at = next(
+        i for i, c in enumerate(shown["cells"]) if c["source"].startswith(conf.setup_first_line())
+    )
     assert shown["cells"][at]["metadata"]["tags"] == ["hide-input"]
     assert shown["cells"][at - 1]["source"] == conf.SETUP_NOTE
     first = shown["cells"][0]["source"]
     assert f'href="../_sources/notebooks/{FIRST}.ipynb" download' in first
     assert first.index("*Run in Colab:*") < first.index("*Download:*")
-    assert (ROOT / "notebooks" / f"{FIRST}.ipynb").read_text() == stored  # never on disk
+    assert (SOLVED / f"{FIRST}.ipynb").read_text() == stored  # never on disk
+
+
+def test_a_page_shows_the_solved_copy_under_the_learners_title():
+    learner = (ROOT / "notebooks" / f"{FIRST}.ipynb").read_text()
+    source = [learner]
+    conf.on_source_read(None, f"notebooks/{FIRST}", source)
+    shown = json.loads(source[0])["cells"]
+    solved = json.loads((SOLVED / f"{FIRST}.ipynb").read_text())["cells"]
+    assert shown[0]["source"].startswith("".join(json.loads(learner)["cells"][0]["source"])[:40])
+    assert "checks.show_solution(" in shown[0]["source"]
+    solutions = [c for c in shown if conf.SOLUTION_BEGIN in c["source"]]
+    assert len(solutions) == sum(conf.SOLUTION_BEGIN in "".join(c["source"]) for c in solved) == 3
+    assert all("hide-cell" in c["metadata"]["tags"] for c in solutions)
 
 
 def test_a_marker_line_goes_but_the_rest_of_its_cell_stays():
@@ -155,7 +171,7 @@ def test_sphinx_does_not_walk_the_virtual_environments(tmp_path, monkeypatch):
 
 
 def test_every_solution_is_collapsed_behind_a_show_solution_toggle():
-    stored = (ROOT / "notebooks" / f"{FIRST}.ipynb").read_text()
+    stored = (SOLVED / f"{FIRST}.ipynb").read_text()
     shown = json.loads(conf.reader_notebook(stored, FIRST))["cells"]
     solutions = [c for c in shown if conf.SOLUTION_BEGIN in c["source"]]
     assert len(solutions) == len(st.solution_regions(FIRST)) == 3
@@ -206,10 +222,10 @@ def test_a_long_output_goes_in_a_scroll_box(outputs, scrolls):
 def test_a_served_student_notebook_with_a_solution_is_reported(tmp_path):
     from tools import make_student
 
-    out = make_student.build(ROOT / "notebooks", tmp_path)
+    out = make_student.build(SOLVED, tmp_path)
     blank = next(target for _, target in out if target.stem == FIRST).read_text()
     assert st.student_notebook_problems(blank, FIRST) == []
-    solved = (ROOT / "notebooks" / f"{FIRST}.ipynb").read_text()
+    solved = (SOLVED / f"{FIRST}.ipynb").read_text()
     assert st.student_notebook_problems(solved, FIRST) == [
         f"student/{FIRST}.ipynb has a '### BEGIN SOLUTION' marker",
         f"student/{FIRST}.ipynb holds 3 solution(s)",
@@ -319,7 +335,7 @@ def test_without_npm_the_missing_tool_is_named_in_one_line(monkeypatch, tmp_path
 
 def test_a_figure_s_alt_text_reaches_myst_nb_s_cell_metadata():
     name = "04_looking_at_heads"
-    stored = (ROOT / "notebooks" / f"{name}.ipynb").read_text()
+    stored = (SOLVED / f"{name}.ipynb").read_text()
     shown = json.loads(conf.reader_notebook(stored, name))
     alts = [
         out["metadata"]["image/png"]["alt"]
@@ -337,7 +353,7 @@ def test_a_figure_s_alt_text_reaches_myst_nb_s_cell_metadata():
 
 # --- Search leaves the solutions out (site/conf.py, site/_static/search-no-solutions.js) ---
 def test_every_solution_cell_is_tagged_for_search_to_leave_out():
-    stored = (ROOT / "notebooks" / f"{FIRST}.ipynb").read_text()
+    stored = (SOLVED / f"{FIRST}.ipynb").read_text()
     shown = json.loads(conf.reader_notebook(stored, FIRST))["cells"]
     tagged = [c for c in shown if conf.SOLUTION_TAG in c["metadata"].get("tags", [])]
     assert tagged == [c for c in shown if conf.SOLUTION_BEGIN in c["source"]]
