@@ -66,7 +66,7 @@ SAVED_BY_COLAB = "03_multi_head_attention.ipynb"
 # run again and the notebook runs (see tools/colab_run.py, RECOVERIES).
 RECOVER = {
     "01": "no-wheel",  # step 1 fails: the course's wheel was not uploaded
-    "07": "stopped-then-offline",  # step 1 stopped, then step 2 fails (no package source)
+    "07": "stopped-then-offline",  # the course half-written; step 2 fails (no package source)
     "10": "stopped-in-step-2",  # step 2 stopped while pip writes the model package
     "08": "half-written",  # the course's .dist-info without its RECORD, a module missing
 }

@@ -163,6 +163,22 @@ def test_causal_flag_equals_causal_mask():
     assert_within(out, t_out.detach().numpy(), out_tol, "output")
 
 
+@pytest.mark.parametrize(("n_q", "n_k"), [(1, 1), (2, 4), (3, 7), (5, 5)])
+def test_causal_lower_right_gives_our_causal_masks_answer(n_q, n_k):
+    # Notebook 08 names torch.nn.attention.bias.causal_lower_right as torch's spelling of our
+    # causal mask for n_q <= n_k (queries the last n_q of n_k positions); here it is checked.
+    from torch.nn.attention.bias import causal_lower_right
+
+    rng = np.random.default_rng(n_q * 10 + n_k)
+    q = rng.normal(size=(2, 3, n_q, 4))  # (batch, heads, n_q, d_k)
+    k, v = rng.normal(size=(2, 2, 3, n_k, 4))  # each (batch, heads, n_k, d_k)
+    mask = A.causal_mask(n_q, n_k)
+    ours, _ = A.scaled_dot_product_attention(q, k, v, mask)
+    tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+    theirs = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=causal_lower_right(n_q, n_k))
+    assert_within(ours, theirs.numpy(), sdpa_tolerances(np.float64, q, k, v, mask)[1], "output")
+
+
 # --------------------------------------------------------------------------- fully masked
 
 
