@@ -36,8 +36,11 @@ lint: install
 	$(BIN)/ruff check lib course_setup tests bench tools notebooks site
 	$(BIN)/ruff format --check lib course_setup tests bench tools notebooks site
 
+# The test files are spread over the cores (pytest-xdist), each file on one worker: a
+# notebook's cells share its kernel, so they must stay together.
 test: lint
-	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-figures tests notebooks
+	$(BIN)/python -m pytest -n auto --dist loadfile --nbval --nbval-current-env --nbval-figures \
+		tests notebooks
 
 # Every notebook alone in a Colab-like environment (Colab's package versions), its set-up cell
 # installing the course from a wheel of this checkout; see tools/colab.py and the README.
