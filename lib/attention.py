@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import _validate as V
+from . import _validate as valid
 
 # --------------------------------------------------------------------------- softmax
 
@@ -21,7 +21,7 @@ from . import _validate as V
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Numerically stable softmax along ``axis``: the maximum is subtracted before ``exp``.
     ``-inf`` entries (masked keys) get weight 0; an all ``-inf`` slice gets zeros, not NaN."""
-    x = V.real_array(x, "softmax input")
+    x = valid.real_array(x, "softmax input")
     _no_nan_or_posinf(x, "softmax input")
     return softmax_inplace(x.copy(), axis)
 
@@ -53,16 +53,16 @@ def softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
 def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
     """Boolean (n_q, n_k) mask: query i sees keys 0..i. With n_k > n_q the queries are the
     *last* n_q positions (earlier keys cached), so query i sees keys 0..i + (n_k - n_q)."""
-    n_q = V.integer(n_q, "n_q", low=0)
-    n_k = n_q if n_k is None else V.integer(n_k, "n_k", low=0)
+    n_q = valid.integer(n_q, "n_q", low=0)
+    n_k = n_q if n_k is None else valid.integer(n_k, "n_k", low=0)
     return np.tri(n_q, n_k, k=n_k - n_q, dtype=bool)
 
 
 def padding_mask(lengths, n_k: int) -> np.ndarray:
     """Boolean (batch, 1, 1, n_k) mask: key j of sequence b is real iff j < lengths[b]. It
     broadcasts over heads and queries; ``causal_mask(n) & padding_mask(lengths, n)`` works."""
-    n_k = V.integer(n_k, "n_k", low=0)
-    lengths = V.integers(lengths, "lengths")
+    n_k = valid.integer(n_k, "n_k", low=0)
+    lengths = valid.integers(lengths, "lengths")
     bad = lengths[(lengths < 0) | (lengths > n_k)]
     if bad.size:
         raise ValueError(f"lengths must lie in [0, n_k={n_k}], got {bad.tolist()}")
@@ -83,10 +83,10 @@ def scaled_dot_product_attention(
     Returns (output (..., n_q, d_v), weights (..., n_q, n_k)). With no keys (n_k = 0) the
     weights are (..., n_q, 0) and the output is 0.
     """
-    q, k, v, mask, _ = V.attention_inputs(q, k, v, mask)
+    q, k, v, mask, _ = valid.attention_inputs(q, k, v, mask)
     result = _attention(q, k, v, mask)
     if result is None:  # (the output, weighted means of v's rows, cannot overflow)
-        raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
+        raise valid.overflow(valid.SCORES, np.result_type(q, k), {"q": q, "k": k})
     return result
 
 
@@ -96,7 +96,7 @@ def _attention(q, k, v, mask) -> tuple[np.ndarray, np.ndarray] | None:
     # Fold 1/sqrt(d_k) into q: it touches n_q*d_k numbers instead of n_q*n_k, and a Python
     # float keeps float32 inputs in float32 (np.sqrt would give a float64 scalar).
     q = q * (1.0 / math.sqrt(q.shape[-1]))
-    if not V.scores_fit(q, k, V.largest_row_norm(q), V.largest_row_norm(k)):
+    if not valid.scores_fit(q, k, valid.largest_row_norm(q), valid.largest_row_norm(k)):
         return None
     scores = q @ np.swapaxes(k, -1, -2)  # (..., n_q, n_k)
     weights = masked_softmax(scores, mask)  # (..., n_q, n_k)
@@ -119,16 +119,16 @@ def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     (heads, d_k), then the transpose moves heads in front of seq (notebook 03 shows why a
     reshape alone would cut the sequence instead)."""
     x = np.asarray(x)
-    V.rank(x, "x", (3,), "(batch, seq, d_model)")
+    valid.rank(x, "x", (3,), "(batch, seq, d_model)")
     batch, seq, d_model = x.shape
-    d_k = V.heads(d_model, n_heads)
+    d_k = valid.heads(d_model, n_heads)
     return x.reshape(batch, seq, n_heads, d_k).transpose(0, 2, 1, 3)
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """(batch, heads, seq, d_k) -> (batch, seq, heads * d_k): the concat of the heads."""
     x = np.asarray(x)
-    V.rank(x, "x", (4,), "(batch, heads, seq, d_k)")
+    valid.rank(x, "x", (4,), "(batch, heads, seq, d_k)")
     batch, heads, seq, d_k = x.shape
     return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * d_k)
 
@@ -169,7 +169,7 @@ class MHAParams:
 
     def __post_init__(self) -> None:
         n_kv_heads = self.n_heads if self.n_kv_heads is None else self.n_kv_heads
-        arrays = {name: getattr(self, name) for name in V.PARAM_NAMES}
+        arrays = {name: getattr(self, name) for name in valid.PARAM_NAMES}
         fields = param_fields(arrays, self.n_heads, n_kv_heads)
         for name, value in fields.items():
             object.__setattr__(self, name, value)
@@ -194,26 +194,26 @@ class MHAParams:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The weights and biases the layer has, by name."""
-        return {n: getattr(self, n) for n in V.PARAM_NAMES if getattr(self, n) is not None}
+        return {n: getattr(self, n) for n in valid.PARAM_NAMES if getattr(self, n) is not None}
 
 
 def param_fields(arrays: dict, n_heads, n_kv_heads) -> dict:
     """The fields of an MHAParams, checked (shapes, all four biases or none, head counts
     that divide) and converted to arrays."""
-    arrays = {name: None if a is None else V.real_array(a, name) for name, a in arrays.items()}
+    arrays = {name: None if a is None else valid.real_array(a, name) for name, a in arrays.items()}
     d = arrays["W_q"].shape[0] if arrays["W_q"].ndim else 0
-    V.square(arrays["W_q"].shape, "W_q", d)
-    V.square(arrays["W_o"].shape, "W_o", d)
-    d_k = V.heads(d, n_heads)
-    V.kv_heads(n_heads, n_kv_heads)
+    valid.square(arrays["W_q"].shape, "W_q", d)
+    valid.square(arrays["W_o"].shape, "W_o", d)
+    d_k = valid.heads(d, n_heads)
+    valid.kv_heads(n_heads, n_kv_heads)
     width = int(n_kv_heads) * d_k  # of the keys and of the values
     for name in ("W_k", "W_v"):
         if arrays[name].shape != (d, width):
             kv = "(d_model, d_model)" if width == d else "(d_model, n_kv_heads * d_k)"
             raise ValueError(f"{name} must be {kv} = ({d}, {width}), got {arrays[name].shape}")
-    given = [name for name in V.BIAS_NAMES if arrays[name] is not None]
-    if given and len(given) != len(V.BIAS_NAMES):
-        missing = [name for name in V.BIAS_NAMES if name not in given]
+    given = [name for name in valid.BIAS_NAMES if arrays[name] is not None]
+    if given and len(given) != len(valid.BIAS_NAMES):
+        missing = [name for name in valid.BIAS_NAMES if name not in given]
         raise ValueError(
             f"MHAParams takes all four biases or none, got {', '.join(given)} without "
             f"{', '.join(missing)}: pass zeros for a bias the layer does not have "
@@ -239,10 +239,10 @@ def init_mha_params(
 ) -> MHAParams:
     """Random weights (:func:`glorot`); with ``bias=True`` biases from N(0, 0.1), not the
     usual zeros, so that code which mishandles a bias gives a visibly different answer."""
-    d_k = V.heads(d_model, n_heads)
+    d_k = valid.heads(d_model, n_heads)
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-    V.kv_heads(n_heads, n_kv_heads)
-    dtype = V.float_dtype(dtype)
+    valid.kv_heads(n_heads, n_kv_heads)
+    dtype = valid.float_dtype(dtype)
     width = n_kv_heads * d_k  # of the keys and of the values
 
     def vector(size):
@@ -268,7 +268,7 @@ def check_params(p) -> MHAParams:
             f"params must be an MHAParams (see lib.attention.init_mha_params), got "
             f"{type(p).__name__}"
         )
-    V.finite_all({f"params.{name}": a for name, a in p.arrays().items()})
+    valid.finite_all({f"params.{name}": a for name, a in p.arrays().items()})
     return p
 
 
@@ -295,10 +295,10 @@ def prepare_mha(x_q, x_kv, params: MHAParams, mask, *, causal=False, batched_onl
     None: every key) and whether the inputs came unbatched."""
     check_params(params)
     x_q, x_kv, unbatched = _mha_inputs(x_q, x_kv, params.d_model, not batched_only)
-    V.finite_all({"x_q": x_q} if x_kv is x_q else {"x_q": x_q, "x_kv": x_kv})
+    valid.finite_all({"x_q": x_q} if x_kv is x_q else {"x_q": x_q, "x_kv": x_kv})
     batch, n_q, n_k = x_q.shape[0], x_q.shape[1], x_kv.shape[1]
     if mask is not None:
-        mask = V.mask(mask, (batch, params.n_heads, n_q, n_k), "(batch, heads, n_q, n_k)")
+        mask = valid.mask(mask, (batch, params.n_heads, n_q, n_k), "(batch, heads, n_q, n_k)")
     if causal:
         mask = with_causal(mask, n_q, n_k)
     if mask is not None:
@@ -324,8 +324,8 @@ def _mha_inputs(x_q, x_kv, d_model: int, unbatched: bool = True):
     """x_q, x_kv as real arrays (batch, n, d_model), and whether they came unbatched
     (self-attention, ``x_q is x_kv``, stays one array)."""
     same = x_kv is x_q
-    x_q = V.real_array(x_q, "x_q")
-    x_kv = x_q if same else V.real_array(x_kv, "x_kv")
+    x_q = valid.real_array(x_q, "x_q")
+    x_kv = x_q if same else valid.real_array(x_kv, "x_kv")
     layouts = (
         "both (batch, n, d_model) or both (n, d_model)" if unbatched else "(batch, n, d_model)"
     )
@@ -337,8 +337,8 @@ def _mha_inputs(x_q, x_kv, d_model: int, unbatched: bool = True):
     if was_unbatched:
         x_q = x_q[None]
         x_kv = x_q if same else x_kv[None]
-    V.width(x_q.shape, "x_q", d_model)
-    V.width(x_kv.shape, "x_kv", d_model)
+    valid.width(x_q.shape, "x_q", d_model)
+    valid.width(x_kv.shape, "x_kv", d_model)
     if x_q.shape[0] != x_kv.shape[0]:
         raise ValueError(f"x_q and x_kv have different batch sizes: {x_q.shape} and {x_kv.shape}")
     return x_q, x_kv, was_unbatched
@@ -375,8 +375,8 @@ def multi_head_attention(
             heads, weights = result  # (batch, heads, n_q, d_k), (batch, heads, n_q, n_k)
             concat = merge_heads(heads)  # (batch, n_q, d_model)
             out = project(concat, p.W_o, p.b_o)  # (batch, n_q, d_model)
-    if result is None or not V.all_finite(out):
-        V.mha_nonfinite(p, x_q, x_kv)
+    if result is None or not valid.all_finite(out):
+        valid.mha_nonfinite(p, x_q, x_kv)
     weights = weights if need_weights else None
     if unbatched:
         return out[0], None if weights is None else weights[0]
@@ -414,7 +414,7 @@ def multi_head_attention_per_head(
         else:
             concat = np.concatenate(outputs, axis=-1)  # (batch, n_q, d_model)
             out = project(concat, p.W_o, p.b_o)
-    if result is None or not V.all_finite(out):
-        V.mha_nonfinite(p, x_q, x_kv)
+    if result is None or not valid.all_finite(out):
+        valid.mha_nonfinite(p, x_q, x_kv)
     weights = np.stack(weights, axis=1)  # (batch, heads, n_q, n_k)
     return (out[0], weights[0]) if unbatched else (out, weights)

@@ -15,26 +15,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _validate as V
+from . import _validate as valid
 from . import attention as A
 from .positions import RoPE, query_positions
 
-PARAM_NAMES = V.PARAM_NAMES
+PARAM_NAMES = valid.PARAM_NAMES
 
 
 def softmax_backward(weights: np.ndarray, d_weights: np.ndarray, axis: int = -1) -> np.ndarray:
     """dL/dscores = p * (dL/dp - sum(dL/dp * p, axis)) for p = softmax(scores, axis), given
     p (``weights``) and dL/dp (``d_weights``, same shape). Where p is 0 (masked keys) it is 0.
     """
-    weights = V.real_array(weights, "weights")
-    d_weights = V.real_array(d_weights, "d_weights")
+    weights = valid.real_array(weights, "weights")
+    d_weights = valid.real_array(d_weights, "d_weights")
     if weights.shape != d_weights.shape:
         raise ValueError(
             f"softmax_backward needs weights and d_weights of the same shape, got "
             f"{weights.shape} and {d_weights.shape}"
         )
-    V.finite(weights, "weights")
-    V.finite(d_weights, "d_weights")
+    valid.finite(weights, "weights")
+    valid.finite(d_weights, "d_weights")
     return _softmax_grad(weights, d_weights, axis)
 
 
@@ -90,9 +90,9 @@ class MHACache:
 def _score_bias(bias, scores_shape: tuple[int, ...]) -> np.ndarray:
     """A real, finite array added to the scores: it broadcasts to their shape
     (batch, heads, n_q, n_k) without growing it, and gets four axes."""
-    bias = V.real_array(bias, "score_bias")
-    V.fits_scores(bias.shape, "score_bias", scores_shape, "(batch, heads, n_q, n_k)")
-    V.finite(bias, "score_bias")
+    bias = valid.real_array(bias, "score_bias")
+    valid.fits_scores(bias.shape, "score_bias", scores_shape, "(batch, heads, n_q, n_k)")
+    valid.finite(bias, "score_bias")
     return bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
 
 
@@ -100,13 +100,13 @@ def _head_mask(head_mask, batch: int, n_heads: int, dtype) -> np.ndarray:
     """One finite factor per head, (heads,) or (batch, heads); all ones when None."""
     if head_mask is None:
         return np.ones(n_heads, dtype=dtype)
-    head_mask = V.real_array(head_mask, "head_mask").astype(dtype, copy=False)
+    head_mask = valid.real_array(head_mask, "head_mask").astype(dtype, copy=False)
     if head_mask.shape not in ((n_heads,), (batch, n_heads)):
         raise ValueError(
             f"head_mask must have shape (heads,) = ({n_heads},) or (batch, heads) = "
             f"({batch}, {n_heads}), got {head_mask.shape}"
         )
-    V.finite(head_mask, "head_mask")
+    valid.finite(head_mask, "head_mask")
     return head_mask
 
 
@@ -138,7 +138,7 @@ def mha_forward(
     if rope is not None:
         if not isinstance(rope, RoPE):
             raise ValueError(f"rope must be a lib.positions.RoPE, got {type(rope).__name__}")
-        V.even(p.d_k, "d_k", "RoPE turns pairs of coordinates")
+        valid.even(p.d_k, "d_k", "RoPE turns pairs of coordinates")
         angles = rope.cos_sin(query_positions(n_q, n_k), p.d_k, dtype) + rope.cos_sin(
             np.arange(n_k), p.d_k, dtype
         )
@@ -155,15 +155,15 @@ def mha_forward(
         scores = q @ k.transpose(0, 1, 3, 2)  # (batch, heads, n_q, n_k)
         if score_bias is not None:
             scores += score_bias
-        fine = V.all_finite(scores)  # before masking: an overflow anywhere is an error
+        fine = valid.all_finite(scores)  # before masking: an overflow anywhere is an error
         if fine:
             weights = A.masked_softmax(scores, mask)  # (batch, heads, n_q, n_k), in place
             heads = weights @ v  # (batch, heads, n_q, d_k)
             # (heads,) or (batch, heads) -> (..., heads, 1, 1): one factor per head
             concat = A.merge_heads(heads * head_mask[..., None, None])  # (batch, n_q, d)
             out = A.project(concat, p.W_o, p.b_o)  # (batch, n_q, d)
-    if not (fine and V.all_finite(out)):
-        V.mha_nonfinite(p, x_q, x_kv, scores_of=_positioned_scores(rope, angles, score_bias))
+    if not (fine and valid.all_finite(out)):
+        valid.mha_nonfinite(p, x_q, x_kv, scores_of=_positioned_scores(rope, angles, score_bias))
     cache = MHACache(
         p, x_q, x_kv, q, k, v, weights, heads, concat, head_mask, rope, angles, bias_shape
     )
@@ -181,7 +181,7 @@ def _positioned_scores(rope, angles, score_bias):
         s = q @ k.swapaxes(-1, -2)
         return s if score_bias is None else s + score_bias
 
-    what = V.SCORES + (" turned by RoPE" if rope is not None else "")
+    what = valid.SCORES + (" turned by RoPE" if rope is not None else "")
     what += " + score_bias" if score_bias is not None else ""
     return what, scores, {} if score_bias is None else {"score_bias": score_bias}
 
@@ -191,15 +191,15 @@ def mha_backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     (batch, n_q, d): a dict with dL/d of the weights (and biases, if any), ``x_q``, ``x_kv``
     (for self-attention the input's gradient is their sum), ``head_mask`` and, when the
     forward had one, ``score_bias``, each in the shape it was given."""
-    d_out = V.real_array(d_out, "d_out")
+    d_out = valid.real_array(d_out, "d_out")
     if d_out.shape != cache.concat.shape:
         raise ValueError(
             f"d_out must have the output's shape {cache.concat.shape}, got {d_out.shape}"
         )
-    V.finite(d_out, "d_out")
+    valid.finite(d_out, "d_out")
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
         grads = _backward(d_out, cache)
-    V.gradients(grads, d_out)
+    valid.gradients(grads, d_out)
     return grads
 
 

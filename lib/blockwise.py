@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _validate as V
+from . import _validate as valid
 from . import attention as A
 
 # --------------------------------------------------------------------------- block sizes
@@ -130,13 +130,14 @@ def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, b
     Returns the output (..., n_q, d_v); a query with nothing to attend to gets 0. Written
     for reading, not speed (a Python loop over tiles): :func:`attention` is the fast kernel.
     """
-    q, k, v, mask, lead = V.attention_inputs(q, k, v, mask)  # one dtype
-    block_q, block_k = V.integer(block_q, "block_q", low=1), V.integer(block_k, "block_k", low=1)
+    q, k, v, mask, lead = valid.attention_inputs(q, k, v, mask)  # one dtype
+    block_q = valid.integer(block_q, "block_q", low=1)
+    block_k = valid.integer(block_k, "block_k", low=1)
     if mask is not None:  # a view with every axis, for slicing tiles out of it
         mask = np.broadcast_to(mask, lead + (q.shape[-2], k.shape[-2]))
     q = q * (1.0 / math.sqrt(q.shape[-1]))  # a Python float keeps float32 in float32
-    if not V.scores_fit(q, k, V.largest_row_norm(q), V.largest_row_norm(k)):
-        raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
+    if not valid.scores_fit(q, k, valid.largest_row_norm(q), valid.largest_row_norm(k)):
+        raise valid.overflow(valid.SCORES, np.result_type(q, k), {"q": q, "k": k})
     with np.errstate(over="ignore", invalid="ignore"):  # huge values: see weighted_means
         return weighted_means(
             lambda values: _tiles(q, k, values, mask, causal, block_q, block_k, lead, v.dtype), v
@@ -218,7 +219,7 @@ def weighted_means(attend, v: np.ndarray) -> np.ndarray:
     and with huge values that sum can overflow: then ``attend(v / top) * top``, with top v's
     largest |entry|. (A v holding inf is left for the caller to explain.)"""
     out = attend(v)
-    if not V.all_finite(out):
+    if not valid.all_finite(out):
         top = float(np.abs(v).max())
         if math.isfinite(top):
             out = attend(v / top)
@@ -326,7 +327,7 @@ def unread_values_finite(v: np.ndarray, plan: MaskPlan | None) -> bool:
     if plan is None:
         return True
     unread = np.arange(v.shape[2]) >= plan.reach.max(axis=-1, keepdims=True)  # (b|1, h|1, n_k)
-    return not unread.any() or V.all_finite(v[np.broadcast_to(unread, v.shape[:3])])
+    return not unread.any() or valid.all_finite(v[np.broadcast_to(unread, v.shape[:3])])
 
 
 # --------------------------------------------------------------------------- attention core
@@ -340,7 +341,7 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
     them), to measure what skipping saves. Memory beyond the output: one block of query
     rows (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend to gets 0.
     """
-    q, k, v, mask, lead = V.attention_inputs(q, k, v, mask)  # one dtype
+    q, k, v, mask, lead = valid.attention_inputs(q, k, v, mask)  # one dtype
     n_q, n_k = q.shape[-2], k.shape[-2]
     out = np.empty(lead + (n_q, v.shape[-1]), v.dtype)
     if out.size == 0 or n_k == 0:
@@ -360,7 +361,7 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
     out4 = out.reshape((-1, 1, n_q, v.shape[-1]))
     with np.errstate(over="ignore", invalid="ignore"):  # huge values: see weighted_means
         if not attend(*(four_axes(a) for a in (q, k, v)), out4, None, plan, skip_masked_blocks):
-            raise V.overflow(V.SCORES, np.result_type(q, k), {"q": q, "k": k})
+            raise valid.overflow(valid.SCORES, np.result_type(q, k), {"q": q, "k": k})
     return out
 
 
@@ -402,8 +403,8 @@ def attend(q, k, v, heads_out, weights, plan: MaskPlan | None, skip=True, norms=
     """The kernel with its checks: False, computing nothing, when a score would not be a
     finite number (an overflow) or a value no query reads overflowed. ``norms``: the
     largest |q_i| and |k_j|, when the caller knows them (a decoder keeps the keys')."""
-    q_norm, k_norm = norms or (V.largest_row_norm(q), V.largest_row_norm(k))
-    if not (V.scores_fit(q, k, q_norm, k_norm) and unread_values_finite(v, plan)):
+    q_norm, k_norm = norms or (valid.largest_row_norm(q), valid.largest_row_norm(k))
+    if not (valid.scores_fit(q, k, q_norm, k_norm) and unread_values_finite(v, plan)):
         return False
     small = q_norm * k_norm <= SAFE_SCORE.get(q.dtype, 0)  # |q_i . k_j| <= |q_i| |k_j|
     attend_in_blocks(q, k, v, heads_out, weights, plan, small=small, skip=skip)
@@ -440,8 +441,8 @@ def multi_head_attention(
             plan = make_plan(mask, causal, n_q, n_k, dtype, kv, g)
             fine = attend(rows, k, v, heads, w_rows, plan)
             out = A.project(concat_groups(heads, g), p.W_o, p.b_o)  # (batch * n_q, d)
-        if not (fine and V.all_finite(out)):
-            V.mha_nonfinite(p, x_q, x_kv)
+        if not (fine and valid.all_finite(out)):
+            valid.mha_nonfinite(p, x_q, x_kv)
         out = out.reshape(batch, n_q, d)
     if unbatched:
         return out[0], None if weights is None else weights[0]

@@ -15,7 +15,7 @@ from importlib import resources
 
 import numpy as np
 
-from . import _validate as V
+from . import _validate as valid
 from . import heads as H
 
 PROBE_SENTENCES = resources.files(__package__) / "data" / "probe_sentences.json"
@@ -79,7 +79,7 @@ def offset_masks(attention_mask, offset: int) -> tuple[np.ndarray, np.ndarray]:
             f"{mask.dtype} {mask.shape}"
         )
     mask = mask.astype(bool)
-    offset = V.integer(offset, "offset")
+    offset = valid.integer(offset, "offset")
     i = np.arange(mask.shape[1])
     pair = mask[:, :, None] & mask[:, None, :]  # (batch, n_q, n_k): both real
     targets = pair & (i[None, None, :] == i[None, :, None] + offset)

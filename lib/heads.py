@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from . import _validate as V
+from . import _validate as valid
 from . import rounding as R
 from .attention import causal_mask
 from .tiny import train
@@ -106,7 +106,7 @@ def offset_score(weights, offset: int = -1) -> np.ndarray:
     """Mean weight each head puts on the key ``offset`` positions from the query: (heads,),
     over the queries i whose key i + offset exists (-1: previous token, 0: itself)."""
     weights = _check_weights(weights)
-    offset = V.integer(offset, "offset")
+    offset = valid.integer(offset, "offset")
     n_q, n_k = weights.shape[-2:]
     queries = np.arange(n_q)
     keys = queries + offset
@@ -156,8 +156,8 @@ def head_count_sweep(
     """
     head_counts = _integers(head_counts, "head_counts", low=1)
     seeds = _integers(seeds, "seeds")
-    budget = V.integer(budget, "budget", low=1)
-    eval_every = V.integer(eval_every, "eval_every", low=1)
+    budget = valid.integer(budget, "budget", low=1)
+    eval_every = valid.integer(eval_every, "eval_every", low=1)
     if not 0 < target <= 1:
         raise ValueError(f"target must be an accuracy in (0, 1], got {target}")
     eval_ids = np.asarray(eval_data[0])
@@ -188,4 +188,4 @@ def _integers(values, name: str, low: int | None = None) -> list[int]:
     values = list(np.atleast_1d(np.asarray(values, dtype=object)))
     if not values:
         raise ValueError(f"{name} must be a non-empty list of integers, got []")
-    return [V.integer(v, f"{name}[{i}]", low) for i, v in enumerate(values)]
+    return [valid.integer(v, f"{name}[{i}]", low) for i, v in enumerate(values)]

@@ -26,7 +26,7 @@ import dataclasses
 
 import numpy as np
 
-from . import _validate as V
+from . import _validate as valid
 from . import attention as A
 from . import blockwise as BW
 
@@ -45,7 +45,7 @@ def gqa_from_mha(params: A.MHAParams, n_kv_heads: int) -> A.MHAParams:
             f"gqa_from_mha pools the key/value heads of a layer that has one per query head; "
             f"this one has n_kv_heads={params.n_kv_heads} for n_heads={params.n_heads}"
         )
-    group = V.kv_heads(params.n_heads, n_kv_heads)
+    group = valid.kv_heads(params.n_heads, n_kv_heads)
     d_k = params.d_k
 
     def pooled(a):
@@ -63,10 +63,10 @@ def gqa_from_mha(params: A.MHAParams, n_kv_heads: int) -> A.MHAParams:
 def cache_bytes_per_token(n_layers: int, n_kv_heads: int, d_k: int, bytes_per_number: int = 2):
     """Bytes the KV cache holds per token: a key and a value of n_kv_heads * d_k numbers in
     each of n_layers layers (2 bytes per number in float16/bfloat16)."""
-    n_layers = V.integer(n_layers, "n_layers", low=1)
-    n_kv_heads = V.integer(n_kv_heads, "n_kv_heads", low=1)
-    d_k = V.integer(d_k, "d_k", low=1)
-    bytes_per_number = V.integer(bytes_per_number, "bytes_per_number", low=1)
+    n_layers = valid.integer(n_layers, "n_layers", low=1)
+    n_kv_heads = valid.integer(n_kv_heads, "n_kv_heads", low=1)
+    d_k = valid.integer(d_k, "d_k", low=1)
+    bytes_per_number = valid.integer(bytes_per_number, "bytes_per_number", low=1)
     return 2 * n_layers * n_kv_heads * d_k * bytes_per_number
 
 
@@ -95,8 +95,8 @@ class Decoder:
 
     def __init__(self, params: A.MHAParams, batch: int = 1, max_len: int = 2048):
         A.check_params(params)
-        self.batch = V.integer(batch, "batch", low=1)
-        self.max_len = V.integer(max_len, "max_len", low=1)
+        self.batch = valid.integer(batch, "batch", low=1)
+        self.max_len = valid.integer(max_len, "max_len", low=1)
         copies = {name: a.copy() for name, a in params.arrays().items()}  # read-only, below
         for a in copies.values():
             a.flags.writeable = False
@@ -138,11 +138,14 @@ class Decoder:
         cache, in its dtype (the weights')."""
         p = self.params
         layout = f"(batch, n_kv_heads, L, d_k) = ({self.batch}, {p.n_kv_heads}, L, {p.d_k})"
-        arrays = {"keys": V.real_array(keys, "keys"), "values": V.real_array(values, "values")}
+        arrays = {
+            "keys": valid.real_array(keys, "keys"),
+            "values": valid.real_array(values, "values"),
+        }
         for name, a in arrays.items():
             if a.ndim != 4 or a.shape[:2] != (self.batch, p.n_kv_heads) or a.shape[3] != p.d_k:
                 raise ValueError(f"{name} must be {layout}, got shape {a.shape}")
-            V.finite(a, name)
+            valid.finite(a, name)
         keys, values = arrays["keys"], arrays["values"]
         if keys.shape != values.shape:
             raise ValueError(f"keys {keys.shape} and values {values.shape} must have one shape")
@@ -154,7 +157,7 @@ class Decoder:
         end = keys.shape[2]
         self._k[:, :, :end], self._v[:, :, :end] = keys, values
         self.length = end
-        self._k_norm = V.largest_row_norm(self._k[:, :, :end])
+        self._k_norm = valid.largest_row_norm(self._k[:, :, :end])
 
     def _qkv(self, dtype):
         """:func:`lib.blockwise.fused_qkv` of the weights in ``dtype``, kept for the next step."""
@@ -166,7 +169,7 @@ class Decoder:
         """x_new checked: real, (batch, t, d_model) or (t, d_model) when batch is 1, finite,
         fitting in the cache; returned with a batch axis, and whether it came without one."""
         d_model = self.params.d_model
-        x = V.real_array(x, "x_new")
+        x = valid.real_array(x, "x_new")
         layouts = f"(batch, t, d_model) = ({self.batch}, t, {d_model})" + (
             f" or (t, d_model) = (t, {d_model})" if self.batch == 1 else ""
         )
@@ -174,7 +177,7 @@ class Decoder:
         x3 = x[None] if unbatched else x
         if x3.ndim != 3 or x3.shape[0] != self.batch or x3.shape[2] != d_model:
             raise ValueError(f"x_new must be {layouts}, got shape {x.shape}")
-        V.finite(x3, "x_new")
+        valid.finite(x3, "x_new")
         if self.length + x3.shape[1] > self.max_len:
             raise ValueError(
                 f"the KV cache holds at most max_len={self.max_len} tokens and has "
@@ -204,9 +207,9 @@ class Decoder:
             cache_k[:, :, start:end] = k_new  # beyond `length` until the step succeeds
             cache_v[:, :, start:end] = v_new
             keys, values = cache_k[:, :, :end], cache_v[:, :, :end]
-            q_norm = V.largest_row_norm(rows)
-            k_norm = max(self._k_norm, V.largest_row_norm(k_new))
-            fine = V.scores_fit(rows, keys, q_norm, k_norm)  # every pair: masked ones too
+            q_norm = valid.largest_row_norm(rows)
+            k_norm = max(self._k_norm, valid.largest_row_norm(k_new))
+            fine = valid.scores_fit(rows, keys, q_norm, k_norm)  # every pair: masked ones too
             if fine and t == 1:  # one new query per head: it may attend to every cached key
                 # (keys @ rows^T)^T won only with some kernels: bench/results/*-decode-order.txt
                 weights = A.softmax_inplace(rows @ keys.transpose(0, 1, 3, 2))  # (b, kv, g, end)
@@ -218,8 +221,8 @@ class Decoder:
                 heads = BW.concat_groups(out_rows, g)  # (batch * t, d)
             if fine:
                 out = A.project(heads, p.W_o, p.b_o)
-        if not (fine and V.all_finite(out)):
-            V.mha_nonfinite(p, x, x, cache=(keys, values))
+        if not (fine and valid.all_finite(out)):
+            valid.mha_nonfinite(p, x, x, cache=(keys, values))
         self._k, self._v = cache_k, cache_v
         self.length = end
         self._k_norm = k_norm

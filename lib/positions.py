@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _validate as V
+from . import _validate as valid
 
 SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi")
 """The position schemes of the tiny model (:func:`lib.tiny.init_tiny_model`'s ``positions``)."""
@@ -81,7 +81,7 @@ def _base(value, name: str = "base") -> float:
 
 def _token_positions(p, n: int, name: str = "positions") -> np.ndarray:
     """Positions of ``n`` tokens: a 1-D array (or list) of ``n`` integers, any sign."""
-    p = V.integers(p, name)
+    p = valid.integers(p, name)
     if p.shape[0] != n:
         raise ValueError(f"{name} has {p.shape[0]} entries but there are {n} tokens (axis -2)")
     return p
@@ -91,8 +91,8 @@ def query_positions(n_q: int, n_k: int) -> np.ndarray:
     """Positions of the n_q queries against keys at 0..n_k-1: ``n_k - n_q + i``, the last n_q
     positions, as :func:`lib.attention.causal_mask` aligns them (with n_q > n_k the first
     ones are negative: those queries see no key under a causal mask)."""
-    n_q = V.integer(n_q, "n_q", low=0)
-    n_k = V.integer(n_k, "n_k", low=0)
+    n_q = valid.integer(n_q, "n_q", low=0)
+    n_k = valid.integer(n_k, "n_k", low=0)
     return np.arange(n_q) + (n_k - n_q)
 
 
@@ -109,11 +109,11 @@ def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64)
     """Vaswani et al.'s table, (n, d_model): ``PE[p, 2i] = sin(p w_i)``,
     ``PE[p, 2i + 1] = cos(p w_i)``, ``w_i = base^(-2i / d_model)`` (sin and cos interleaved,
     as in the paper; d_model must be even)."""
-    n = V.integer(n, "n", low=0)
-    d_model = V.integer(d_model, "d_model", low=1)
-    V.even(d_model, "d_model", "sin and cos come in pairs")
+    n = valid.integer(n, "n", low=0)
+    d_model = valid.integer(d_model, "d_model", low=1)
+    valid.even(d_model, "d_model", "sin and cos come in pairs")
     base = _base(base)
-    dtype = V.float_dtype(dtype)
+    dtype = valid.float_dtype(dtype)
     angles = np.arange(n)[:, None] * frequencies(d_model, base)[None, :]  # (n, d/2)
     table = np.empty((n, d_model))
     table[:, 0::2] = np.sin(angles)
@@ -129,9 +129,9 @@ def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:
     written for row vectors). It does not depend on p: a shift of position is the same
     linear map everywhere. R_{-k} is its transpose (and its inverse).
     """
-    k = V.integer(k, "k")
-    d_model = V.integer(d_model, "d_model", low=1)
-    V.even(d_model, "d_model", "sin and cos come in pairs")
+    k = valid.integer(k, "k")
+    d_model = valid.integer(d_model, "d_model", low=1)
+    valid.even(d_model, "d_model", "sin and cos come in pairs")
     base = _base(base)
     angle = k * frequencies(d_model, base)
     c, s = np.cos(angle), np.sin(angle)
@@ -155,7 +155,7 @@ class RoPE:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", _base(self.base))
-        V.one_of(self.layout, "layout", LAYOUTS)
+        valid.one_of(self.layout, "layout", LAYOUTS)
 
     def cos_sin(self, positions: np.ndarray, d_k: int, dtype) -> tuple[np.ndarray, np.ndarray]:
         """cos and sin of the angle by which each coordinate's pair turns, (n, d_k): entry
@@ -202,15 +202,15 @@ def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.nd
     the dtype raises ValueError. Turning by ``-positions`` undoes it.
     """
     rope = RoPE(base, layout)
-    x = V.real_array(x, "x")
-    V.rank(x, "x", range(2, 33), "(..., n, d_k), with at least 2 axes")
-    V.even(x.shape[-1], "d_k", "RoPE turns pairs of coordinates")
+    x = valid.real_array(x, "x")
+    valid.rank(x, "x", range(2, 33), "(..., n, d_k), with at least 2 axes")
+    valid.even(x.shape[-1], "d_k", "RoPE turns pairs of coordinates")
     positions = _token_positions(positions, x.shape[-2])
-    V.finite(x, "x")
+    valid.finite(x, "x")
     with np.errstate(over="ignore", invalid="ignore"):  # a turn keeps a pair's length,
         out = rope.rotate(x, *rope.cos_sin(positions, x.shape[-1], x.dtype))  # which may not fit
-    if not V.all_finite(out):
-        raise V.overflow("x turned by RoPE", x.dtype, {"x": x})
+    if not valid.all_finite(out):
+        raise valid.overflow("x turned by RoPE", x.dtype, {"x": x})
     return out
 
 
@@ -226,7 +226,7 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
     slopes of the largest power of two below n, then every other slope of the sequence for
     twice that power, as many as are missing.
     """
-    n_heads = V.integer(n_heads, "n_heads", low=1)
+    n_heads = valid.integer(n_heads, "n_heads", low=1)
     below = 2 ** int(math.floor(math.log2(n_heads)))
 
     def geometric(n: int) -> np.ndarray:
@@ -247,12 +247,12 @@ def alibi_bias(n_q: int, n_k: int, slopes) -> np.ndarray:
     penalty on the distance, as bidirectional uses of ALiBi do.
     """
     queries = query_positions(n_q, n_k)  # (n_q,), checking n_q and n_k
-    slopes = V.real_array(slopes, "slopes")
-    V.rank(slopes, "slopes", (1,), "(heads,)")
-    V.finite(slopes, "slopes")
+    slopes = valid.real_array(slopes, "slopes")
+    valid.rank(slopes, "slopes", (1,), "(heads,)")
+    valid.finite(slopes, "slopes")
     distance = np.abs(queries[:, None] - np.arange(n_k)[None, :])  # (n_q, n_k)
     with np.errstate(over="ignore"):
         bias = -slopes[:, None, None] * distance.astype(slopes.dtype)[None]  # (heads, n_q, n_k)
-    if not V.all_finite(bias):
-        raise V.overflow("ALiBi's bias -slopes * |i - j|", slopes.dtype, {"slopes": slopes})
+    if not valid.all_finite(bias):
+        raise valid.overflow("ALiBi's bias -slopes * |i - j|", slopes.dtype, {"slopes": slopes})
     return bias

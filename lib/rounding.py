@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _validate as V
+from . import _validate as valid
 
 FUNCTION_DEPTH = 8
 """Roundings one call of exp, exp2, log, tanh or erf counts for: 4 ULP of at most 2u each."""
@@ -35,7 +35,7 @@ def tolerance(dtype, depth: int, scale=1.0):
     2 gamma(depth) scale, for a result ``depth`` roundings deep whose partial results are at
     most ``scale`` in magnitude (the module's docstring says how to count them); ``scale``
     may be an array: one tolerance per entry."""
-    depth = V.integer(depth, "depth", low=0)
+    depth = valid.integer(depth, "depth", low=0)
     scale = np.asarray(scale, dtype=np.float64)
     if not (np.isfinite(scale).all() and (scale >= 0).all()):
         raise ValueError(f"scale must be finite and >= 0, got {scale!r}")

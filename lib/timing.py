@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from . import _validate as V
+from . import _validate as valid
 
 
 def best_time(fn, *args, repeat: int = 3, number: int = 1, budget: float | None = None) -> float:
@@ -16,7 +16,7 @@ def best_time(fn, *args, repeat: int = 3, number: int = 1, budget: float | None 
     seconds per call. ``number`` > 1 times calls too short for the clock one by one;
     ``budget`` (seconds) stops starting new timings once it is spent, so that a slow
     function is timed fewer times (always at least once)."""
-    repeat, number = V.integer(repeat, "repeat", low=1), V.integer(number, "number", low=1)
+    repeat, number = valid.integer(repeat, "repeat", low=1), valid.integer(number, "number", low=1)
     times, start = [], time.perf_counter()
     while len(times) < repeat and (
         not times or budget is None or time.perf_counter() - start < budget
@@ -32,7 +32,7 @@ def best_times(fns: dict, repeat: int = 7) -> dict[str, float]:
     """Several functions timed against each other: {name: seconds of its fastest call}.
     Each ``fns[name]()`` is called once to warm up, then ``repeat`` rounds call each in
     turn, so that other work on the machine slows them all alike."""
-    repeat = V.integer(repeat, "repeat", low=1)
+    repeat = valid.integer(repeat, "repeat", low=1)
     for fn in fns.values():
         fn()  # the first call may pay for allocations and caches
     times = {name: [] for name in fns}

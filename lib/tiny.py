@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _validate as V
+from . import _validate as valid
 from . import positions as POS
 from .attention import MHAParams, glorot
 from .backprop import mha_backward, mha_forward, weight_gradient
@@ -89,7 +89,7 @@ def last_marked_task(
     offset: notebook 09's second task. Returns ids and targets, both (n_seqs, seq_len), int64.
     """
     _check_task_args(n_seqs, seq_len, vocab_size)
-    n_marked = V.integer(n_marked, "n_marked", low=1)
+    n_marked = valid.integer(n_marked, "n_marked", low=1)
     if n_marked >= vocab_size:
         raise ValueError(
             f"n_marked must be below vocab_size={vocab_size} (some tokens unmarked), got {n_marked}"
@@ -102,9 +102,9 @@ def last_marked_task(
 
 
 def _check_task_args(n_seqs: int, seq_len: int, vocab_size: int) -> None:
-    V.integer(n_seqs, "n_seqs", low=1)
-    V.integer(seq_len, "seq_len", low=2)
-    V.integer(vocab_size, "vocab_size", low=2)
+    valid.integer(n_seqs, "n_seqs", low=1)
+    valid.integer(seq_len, "seq_len", low=2)
+    valid.integer(vocab_size, "vocab_size", low=2)
 
 
 # --------------------------------------------------------------------------- the model
@@ -148,12 +148,12 @@ class TinyModel:
 
     def forward(self, ids: np.ndarray, head_mask: np.ndarray | None = None):
         """Logits (batch, n, slots, classes), weights (batch, heads, n, n) and a cache."""
-        scheme = V.one_of(self.positions, "positions", POS.SCHEMES)
+        scheme = valid.one_of(self.positions, "positions", POS.SCHEMES)
         ids = self._check_ids(ids)
         batch, n = ids.shape
         p, dtype = self.params, self.params["tok_emb"].dtype
         # the attention weights are checked by mha_forward
-        V.finite_all({k: p[k] for k in ("tok_emb", "pos_emb", "W_out", "b_out") if k in p})
+        valid.finite_all({k: p[k] for k in ("tok_emb", "pos_emb", "W_out", "b_out") if k in p})
         x = p["tok_emb"][ids]  # (batch, n, d): the tokens alone, for none, rope and alibi
         rope = alibi = None
         if scheme == "learned":
@@ -169,16 +169,16 @@ class TinyModel:
         )
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
             logits = a @ p["W_out"] + p["b_out"]  # (batch, n, slots * classes)
-        if not V.all_finite(logits):
+        if not valid.all_finite(logits):
             parts = {"a": a, "W_out": p["W_out"], "b_out": p["b_out"]}
-            raise V.overflow("the logits a @ W_out + b_out", logits.dtype, parts)
+            raise valid.overflow("the logits a @ W_out + b_out", logits.dtype, parts)
         logits = logits.reshape(batch, n, self.n_slots, -1)
         return logits, weights, (ids, a, mha_cache)
 
     def backward(self, d_logits: np.ndarray, cache) -> dict[str, np.ndarray]:
         """Gradients of every parameter (and of the head mask) from dL/dlogits."""
-        d_logits = V.real_array(d_logits, "d_logits")
-        V.finite(d_logits, "d_logits")
+        d_logits = valid.real_array(d_logits, "d_logits")
+        valid.finite(d_logits, "d_logits")
         ids, a, mha_cache = cache
         p = self.params
         d_logits = d_logits.reshape(*ids.shape, -1)  # (batch, n, slots * classes)
@@ -195,7 +195,7 @@ class TinyModel:
             if self.positions == "learned":
                 grads["pos_emb"] = np.zeros_like(p["pos_emb"])
                 grads["pos_emb"][: ids.shape[1]] = d_x.sum(axis=0)
-        V.gradients(grads, d_logits)
+        valid.gradients(grads, d_logits)
         grads.update(mha_grads)
         return grads
 
@@ -253,20 +253,20 @@ def init_tiny_model(
     the scheme ``positions`` (and kept only for ``"learned"``), so that with the same rng
     every scheme starts from the same token embeddings and weights.
     """
-    d_k = V.heads(d_model, n_heads)
+    d_k = valid.heads(d_model, n_heads)
     for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("n_classes", n_classes),
                         ("n_slots", n_slots)):  # fmt: skip
-        V.integer(value, name, low=1)
-    dtype = V.float_dtype(dtype)
-    V.one_of(positions, "positions", POS.SCHEMES)
+        valid.integer(value, name, low=1)
+    dtype = valid.float_dtype(dtype)
+    valid.one_of(positions, "positions", POS.SCHEMES)
     if positions == "rope":
-        V.even(d_k, "d_k", "RoPE turns pairs of coordinates")
+        valid.even(d_k, "d_k", "RoPE turns pairs of coordinates")
     p = {
         "tok_emb": rng.normal(0.0, 1.0, (vocab_size, d_model)),
         "pos_emb": rng.normal(0.0, 1.0, (max_len, d_model)),
     }
-    p |= {name: glorot(rng, d_model, d_model) for name in V.WEIGHT_NAMES}
-    p |= {name: np.zeros(d_model) for name in V.BIAS_NAMES}
+    p |= {name: glorot(rng, d_model, d_model) for name in valid.WEIGHT_NAMES}
+    p |= {name: np.zeros(d_model) for name in valid.BIAS_NAMES}
     p["W_out"] = rng.normal(0.0, 1.0 / math.sqrt(d_model), (d_model, n_slots * n_classes))
     p["b_out"] = np.zeros(n_slots * n_classes)
     if positions != "learned":
@@ -282,8 +282,8 @@ def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.nd
 
     logits (..., classes); targets (...) ints in 0..classes-1, or -1 for "not scored".
     """
-    logits = V.real_array(logits, "logits")
-    V.finite(logits, "logits")
+    logits = valid.real_array(logits, "logits")
+    valid.finite(logits, "logits")
     targets = np.asarray(targets)
     if targets.shape != logits.shape[:-1]:
         raise ValueError(
@@ -414,10 +414,10 @@ def position_experiment(
     was trained on are scored. Returns one record ``{"scheme", "seed", "length",
     "accuracy"}`` per (scheme, seed, length), in that order of loops.
     """
-    V.integer(n_steps, "n_steps", low=1)
-    train_len = V.integer(train_len, "train_len", low=2)
+    valid.integer(n_steps, "n_steps", low=1)
+    train_len = valid.integer(train_len, "train_len", low=2)
     for n in test_lens:
-        if V.integer(n, "test length", low=2) < train_len:
+        if valid.integer(n, "test length", low=2) < train_len:
             raise ValueError(f"test lengths must be >= train_len={train_len}, got {n}")
     held_out = {}
     for n in sorted({train_len, *test_lens}):

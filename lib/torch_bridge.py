@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _validate as V
+from . import _validate as valid
 from . import attention as A
 
 
@@ -30,7 +30,7 @@ def to_torch_attn_mask(mask: np.ndarray):
     ``nn.MultiheadAttention`` (True = may NOT attend): the same shape, inverted."""
     import torch
 
-    return torch.from_numpy(~V.bool_mask(mask))
+    return torch.from_numpy(~valid.bool_mask(mask))
 
 
 def to_torch_mha(params: A.MHAParams):

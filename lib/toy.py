@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _validate as V_
+from . import _validate as valid
 from . import lists as L
 from .attention import MHAParams
 
@@ -63,7 +63,7 @@ def make_toy_model(seed: int = SEED) -> ToyModel:
 def head_weights(model: ToyModel, h: int) -> tuple[L.Matrix, L.Matrix, L.Matrix]:
     """Head h's own query, key and value projections, each (d_model, d_k). The model keeps
     its heads' side by side in W_q, W_k and W_v: head h's are columns h*d_k:(h+1)*d_k."""
-    if V_.integer(h, "h", low=0) >= model.n_heads:
+    if valid.integer(h, "h", low=0) >= model.n_heads:
         raise ValueError(f"the toy model has heads 0 to {model.n_heads - 1}, not {h!r}")
     return tuple(L.split_columns(W, model.n_heads)[h] for W in (model.W_q, model.W_k, model.W_v))
 

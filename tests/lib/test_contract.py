@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tolerances import assert_within, mha_tolerances, sdpa_tolerances
 from torch.nn import functional as F
 
-from lib import _validate as V
+from lib import _validate as valid
 from lib import attention as A
 from lib import backprop as BP
 from lib import blockwise as BW
@@ -82,7 +82,7 @@ def build(c):
     dtype, h = c["dtype"], c["h"]
     d = h * c["d_k"]
     n_k = c["n_k"]
-    weights = {name: rng.uniform(-0.6, 0.6, (d, d)).astype(dtype) for name in V.WEIGHT_NAMES}
+    weights = {name: rng.uniform(-0.6, 0.6, (d, d)).astype(dtype) for name in valid.WEIGHT_NAMES}
     biases = {
         name: rng.normal(0, 0.3, d).astype(dtype) if present else None
         for name, present in zip(BIASES, c["biases"], strict=True)
@@ -279,7 +279,7 @@ def test_empty_sequences_have_a_defined_answer(c):
         assert np.isfinite(g).all(), name
     assert grads["x_q"].shape == x_q.shape and grads["x_kv"].shape == x_kv.shape
     if c["batch"] and not c["bias"]:  # the list version, one sequence at a time
-        W = [getattr(params, n).astype(np.float64).tolist() for n in V.WEIGHT_NAMES]
+        W = [getattr(params, n).astype(np.float64).tolist() for n in valid.WEIGHT_NAMES]
         m = None if mask is None else mask.tolist()
         for b in range(c["batch"]):
             out_l, w_l = L.multi_head_attention(x_q[b].tolist(), x_kv[b].tolist(), *W, c["h"], m)
@@ -363,7 +363,7 @@ CORES = {  # (q, k, v, mask) -> output
 }
 
 
-def _as(p: A.MHAParams, dtype, names=V.PARAM_NAMES) -> A.MHAParams:
+def _as(p: A.MHAParams, dtype, names=valid.PARAM_NAMES) -> A.MHAParams:
     """p with the arrays ``names`` in ``dtype``."""
     present = [n for n in names if getattr(p, n) is not None]
     return dataclasses.replace(p, **{n: getattr(p, n).astype(dtype) for n in present})
@@ -431,8 +431,8 @@ def test_an_output_that_does_overflow_still_says_so(forward, dtype):
 
 # --------------------------------------------------------------------------- mixed dtypes
 
-F32_PARAMS = {name: np.float32 for name in V.PARAM_NAMES}
-F32_WEIGHTS = {name: np.float32 for name in V.WEIGHT_NAMES}
+F32_PARAMS = {name: np.float32 for name in valid.PARAM_NAMES}
+F32_WEIGHTS = {name: np.float32 for name in valid.WEIGHT_NAMES}
 MIXED = {  # (x_q's dtype, x_kv's dtype, {param names: dtype}); the rest float64
     "float32 inputs, float64 params": (np.float32, np.float32, {}),
     "float64 inputs, float32 params": (np.float64, np.float64, F32_PARAMS),
@@ -475,7 +475,7 @@ def test_mixed_float32_and_float64_are_computed_in_float64(case, forward):
     x_q, x_kv, p, p64, q64, kv64 = _mixed(case)
     mask = A.causal_mask(5)
     want = A.multi_head_attention(q64, kv64, p64, mask)[0]
-    dtype = np.result_type(x_q, x_kv, *(getattr(p, n) for n in V.PARAM_NAMES))
+    dtype = np.result_type(x_q, x_kv, *(getattr(p, n) for n in valid.PARAM_NAMES))
     assert dtype == np.float64
     got = MHA_FORWARDS[forward](x_q, x_kv, p, mask)
     assert got.dtype == dtype

@@ -119,3 +119,13 @@ def test_random_matrix_is_reproducible():
     a = L.random_matrix(2, 3, random.Random(7))
     b = L.random_matrix(2, 3, random.Random(7))
     assert a == b and L.shape(a) == (2, 3)
+
+
+def test_lists_is_pure_python():
+    # Notebook 01 works with lists and math alone: importing lib.lists loads no NumPy.
+    import subprocess
+    import sys
+
+    code = "import sys, lib.lists; print(sorted(m for m in sys.modules if m.startswith('numpy')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

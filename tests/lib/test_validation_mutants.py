@@ -1,13 +1,13 @@
 """Deleting any one call of lib's validation module makes the bad-input table fail.
 
-For every call of ``lib._validate`` (imported as ``V``, or ``V_`` in lib.lists), and of the
+For every call of ``lib._validate`` (imported as ``valid``), and of the
 checks that live beside their one caller (:data:`LOCAL_CHECKS`), in the modules that use
 them, the function containing the call is recompiled from its source with that one call
 deleted and put in place of the original; the table of
 tests/lib/test_bad_inputs.py then runs, and at least one row must fail. A call "deleted" means:
-a check used as a statement (``V.finite(x, "x")``) or a ``raise V.overflow(...)`` becomes
-``pass``; a predicate (``V.all_finite(out)``) answers True; a check whose value is used
-returns what it was given, unconverted and unchecked (``V.real_array(x, "x")`` -> ``x``),
+a check used as a statement (``valid.finite(x, "x")``) or a ``raise valid.overflow(...)`` becomes
+``pass``; a predicate (``valid.all_finite(out)``) answers True; a check whose value is used
+returns what it was given, unconverted and unchecked (``valid.real_array(x, "x")`` -> ``x``),
 or, for the few that compute a result (shapes, d_k), that result computed without checking.
 """
 
@@ -30,10 +30,10 @@ from test_bad_inputs import ROWS, failure
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 MODULES = (
-    "lib.attention", "lib.blockwise", "lib.kv_cache", "lib.backprop", "lib.tiny", "lib.lists",
+    "lib.attention", "lib.blockwise", "lib.kv_cache", "lib.backprop", "lib.tiny",
     "lib.torch_bridge", "lib.positions",
 )  # fmt: skip
-ALIASES = {"V", "V_"}  # how the modules import lib._validate
+ALIASES = {"valid"}  # how the modules import lib._validate
 # Functions of lib._validate that are not checks: computations, message text, and the
 # error builders (their call sites are the `raise` statements around them).
 NOT_CHECKS = {"largest_row_norm", "divisors", "stage", "overflow", "_list_overflow"}
@@ -88,7 +88,7 @@ class Site:
 
 
 def _check_name(node) -> str | None:
-    """The name of the check a call makes (None: not a check): V.<name>, or a local check
+    """The name of the check a call makes (None: not a check): valid.<name>, or a local check
     called as <name>(...), A.<name>(...) or self.<name>(...)."""
     if not isinstance(node, ast.Call):
         return None
@@ -123,9 +123,9 @@ def find_sites() -> list[Site]:
         for owner, fn in _functions(tree):
             for node in ast.walk(fn):
                 if isinstance(node, ast.Raise) and _is_v_call(node.exc):
-                    check = "raise V." + _check_name(node.exc)
+                    check = "raise valid." + _check_name(node.exc)
                 elif _is_v_call(node) and _check_name(node) not in NOT_CHECKS:
-                    check = "V." + _check_name(node)
+                    check = "valid." + _check_name(node)
                 else:
                     continue
                 sites.append(Site(name, owner, fn.name, node.lineno, node.col_offset, check))
@@ -213,7 +213,6 @@ MODULE_ROWS = {  # the rows most likely to notice a deletion in each module come
     "lib.kv_cache": ("kv_cache.",),
     "lib.backprop": ("backprop.",),
     "lib.tiny": ("tiny.",),
-    "lib.lists": ("lists.",),
     "lib.torch_bridge": ("torch_bridge.",),
     "lib.positions": ("positions.",),
 }  # fmt: skip
