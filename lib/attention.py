@@ -248,11 +248,10 @@ def init_mha_params(
     def vector(size):
         return rng.normal(0.0, 0.1, size=size).astype(dtype) if bias else None
 
-    return MHAParams(
-        glorot(rng, d_model, d_model, dtype), glorot(rng, d_model, width, dtype),
-        glorot(rng, d_model, width, dtype), glorot(rng, d_model, d_model, dtype), n_heads,
-        vector(d_model), vector(width), vector(width), vector(d_model), n_kv_heads,
-    )  # fmt: skip
+    widths = dict(q=d_model, k=width, v=width, o=d_model)  # of each weight and its bias
+    weights = {f"W_{part}": glorot(rng, d_model, w, dtype) for part, w in widths.items()}
+    biases = {f"b_{part}": vector(w) for part, w in widths.items()}
+    return MHAParams(**weights, **biases, n_heads=n_heads, n_kv_heads=n_kv_heads)
 
 
 def count_params(params: MHAParams) -> int:

@@ -54,10 +54,8 @@ def gqa_from_mha(params: A.MHAParams, n_kv_heads: int) -> A.MHAParams:
         heads = a.reshape(a.shape[:-1] + (n_kv_heads, group, d_k))  # head = j * group + i
         return heads.mean(axis=-2).reshape(a.shape[:-1] + (n_kv_heads * d_k,))
 
-    return A.MHAParams(
-        params.W_q, pooled(params.W_k), pooled(params.W_v), params.W_o, params.n_heads,
-        params.b_q, pooled(params.b_k), pooled(params.b_v), params.b_o, n_kv_heads,
-    )  # fmt: skip
+    keys_and_values = {name: pooled(getattr(params, name)) for name in ("W_k", "W_v", "b_k", "b_v")}
+    return dataclasses.replace(params, **keys_and_values, n_kv_heads=n_kv_heads)
 
 
 def cache_bytes_per_token(n_layers: int, n_kv_heads: int, d_k: int, bytes_per_number: int = 2):

@@ -141,10 +141,7 @@ class TinyModel:
     def mha_params(self) -> MHAParams:
         """The attention layer's weights: the arrays of ``params`` themselves."""
         p = self.params
-        return MHAParams(
-            p["W_q"], p["W_k"], p["W_v"], p["W_o"], self.n_heads,
-            p["b_q"], p["b_k"], p["b_v"], p["b_o"],
-        )  # fmt: skip
+        return MHAParams(**{name: p[name] for name in valid.PARAM_NAMES}, n_heads=self.n_heads)
 
     def forward(self, ids: np.ndarray, head_mask: np.ndarray | None = None):
         """Logits (batch, n, slots, classes), weights (batch, heads, n, n) and a cache."""
@@ -254,8 +251,8 @@ def init_tiny_model(
     every scheme starts from the same token embeddings and weights.
     """
     d_k = valid.heads(d_model, n_heads)
-    for name, value in (("vocab_size", vocab_size), ("max_len", max_len), ("n_classes", n_classes),
-                        ("n_slots", n_slots)):  # fmt: skip
+    counts = dict(vocab_size=vocab_size, max_len=max_len, n_classes=n_classes, n_slots=n_slots)
+    for name, value in counts.items():
         valid.integer(value, name, low=1)
     dtype = valid.float_dtype(dtype)
     valid.one_of(positions, "positions", POS.SCHEMES)
@@ -426,16 +423,19 @@ def position_experiment(
             targets = targets.copy()
             targets[:, :train_len] = IGNORE  # score only the positions never trained on
         held_out[n] = ids, targets
+
+    def batches(rng):  # the training data: n_steps batches of length train_len
+        return task(batch, train_len, rng)
+
     records = []
     for scheme in schemes:
         for seed in seeds:
             rng = np.random.default_rng(seed)
             model = init_tiny_model(
-                vocab_size, max(test_lens), d_model, n_heads, n_classes, rng, positions=scheme,
-            )  # fmt: skip
-            train(model, lambda r: task(batch, train_len, r), held_out[train_len],
-                  n_steps, rng, lr=lr, eval_every=n_steps)  # fmt: skip
+                vocab_size, max(test_lens), d_model, n_heads, n_classes, rng, positions=scheme
+            )
+            train(model, batches, held_out[train_len], n_steps, rng, lr=lr, eval_every=n_steps)
             for n in test_lens:
-                records.append({"scheme": scheme, "seed": seed, "length": n,
-                                "accuracy": accuracy(model, *held_out[n])})  # fmt: skip
+                score = accuracy(model, *held_out[n])
+                records.append(dict(scheme=scheme, seed=seed, length=n, accuracy=score))
     return records

@@ -85,12 +85,6 @@ STUDENT_BULLET = (
     "- **Exercises:** fill in each function; its check names the mistake it sees, and\n"
     '  `checks.show_solution("{name}")` shows the course\'s answer.'
 )
-# ... and in the solved notebooks (notebooks/solved/), the instructor's copies.
-SOLVED_BULLET = (
-    "- **Exercises:** solved in this copy, for instructors; the learner's copy, exercises "
-    "blank, is\n  `notebooks/{name}`."
-)
-
 _MARKERS = {
     BEGIN_SOLUTION: ("solution", "begin"),
     END_SOLUTION: ("solution", "end"),
@@ -214,7 +208,7 @@ def student_title(nb, name: str, repo) -> None:
     title.source = notebook_links.with_badge(
         title.source, notebook_links.badge(repo, name, student=True)
     )
-    _set_bullet(nb, name, STUDENT_BULLET)
+    _set_bullet(nb, name)
 
 
 def learner_notebook(nb, name: str):
@@ -240,13 +234,13 @@ def learner_notebook(nb, name: str):
     title = learner.cells[0]  # its Colab badge opens the learner's copy, not the solved one
     repo = notebook_links.repository()
     title.source = notebook_links.with_badge(title.source, notebook_links.badge(repo, name))
-    _set_bullet(learner, name, STUDENT_BULLET)
+    _set_bullet(learner, name)
     return learner
 
 
-def _set_bullet(nb, name: str, template: str) -> None:
-    """The title cell's bullet on exercises, as ``template`` says (formatted with ``name``:
-    the first exercise's for the learner, the notebook's file name for the solved copy)."""
+def _set_bullet(nb, name: str) -> None:
+    """The title cell's bullet on exercises (of notebook ``name``): how they work, with the
+    first exercise's name in its ``checks.show_solution`` call."""
     title = nb.cells[0] if nb.cells else None
     if title is None or title.cell_type != "markdown" or not title.source.startswith("# "):
         return
@@ -261,16 +255,8 @@ def _set_bullet(nb, name: str, template: str) -> None:
             f"{name}: the title cell has exercises but no bullet '- **Exercises:** ...' saying "
             "how they work"
         )
-    value = name if template is SOLVED_BULLET else first_check.group(2) or first_check.group(1)
-    bullet = template.format(name=value)
+    bullet = STUDENT_BULLET.format(name=first_check.group(2) or first_check.group(1))
     title.source = EXERCISES_BULLET.sub(lambda _: bullet, title.source, count=1)
-
-
-def solved_notebook(nb, name: str):
-    """The solved notebook ``nb`` with its title's bullet on exercises for instructors."""
-    nb = copy.deepcopy(nb)
-    _set_bullet(nb, name, SOLVED_BULLET)
-    return nb
 
 
 def build_learner(src: Path, out: Path) -> list[Path]:

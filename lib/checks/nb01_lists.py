@@ -513,9 +513,15 @@ def check_attention_list(attention_fn: Callable) -> None:
         "row's largest score before exponentiating, as L.softmax does."
     )
     result = call(
-        attention_fn, name, q.tolist(), k.tolist(), v.tolist(), None,
-        hints=[(OverflowError, overflow)], refuse=_LIB_ATTENTION,
-    )  # fmt: skip
+        attention_fn,
+        name,
+        q.tolist(),
+        k.tolist(),
+        v.tolist(),
+        None,
+        hints=[(OverflowError, overflow)],
+        refuse=_LIB_ATTENTION,
+    )
     if isinstance(result, tuple | list) and len(result) == 2:
         with np.errstate(all="ignore"):
             weights = np.asarray(result[1], dtype=float) if _numeric(result[1]) else None

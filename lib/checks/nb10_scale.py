@@ -133,8 +133,15 @@ def _diagnose_update(name, step, got, expected, m, l, acc, s, v) -> None:
         "once, after the last block.",
     }
     # The NaN one first: its NaNs are its signature, and they make the others undefined.
-    order = ["no guard", "sum not rescaled", "output not rescaled", "nothing rescaled",
-             "factor inverted", "block max only", "normalised"]  # fmt: skip
+    order = [
+        "no guard",
+        "sum not rescaled",
+        "output not rescaled",
+        "nothing rescaled",
+        "factor inverted",
+        "block max only",
+        "normalised",
+    ]
     diagnose(got, [(mistakes[key], messages[key]) for key in order], same=same)
     if any(np.isnan(g).any() for g in got):
         raise CheckFailed(
@@ -306,9 +313,12 @@ def check_gqa_attention(gqa_fn: Callable) -> None:
     name = "gqa_attention"
     rng = np.random.default_rng(30)
     for batch, h, kv, n_q, n_k, d_k, d_v in (
-        (2, 4, 2, 3, 5, 4, 2), (1, 6, 3, 4, 2, 3, 5), (2, 6, 2, 2, 4, 2, 3),
-        (1, 4, 1, 3, 4, 2, 2), (1, 3, 3, 2, 3, 4, 3),
-    ):  # fmt: skip
+        (2, 4, 2, 3, 5, 4, 2),
+        (1, 6, 3, 4, 2, 3, 5),
+        (2, 6, 2, 2, 4, 2, 3),
+        (1, 4, 1, 3, 4, 2, 2),
+        (1, 3, 3, 2, 3, 4, 3),
+    ):
         q = rng.normal(size=(batch, h, n_q, d_k))
         k = rng.normal(size=(batch, kv, n_k, d_k))
         v = rng.normal(size=(batch, kv, n_k, d_v))
