@@ -201,3 +201,13 @@ def test_model_pin_is_the_same_everywhere():
     (pin,) = pyproject["project"]["optional-dependencies"]["model"]
     lines = (ROOT / "requirements-model.txt").read_text().splitlines()
     assert [line for line in lines if line and not line.startswith("#")] == [pin]
+
+
+def test_the_colab_harness_finds_the_set_up_cell_as_the_tool_writes_it():
+    # tools/colab_run.py runs in the Colab-like environment without the repository on its
+    # path, so it keeps its own copy of the first line: the two must not drift apart.
+    from tools import colab_run
+
+    assert colab_run.SETUP_FIRST_LINE == links.SETUP_FIRST_LINE
+    first = nbformat.read(NOTEBOOKS[0], as_version=4)
+    assert first_code_cell(first).source.startswith(colab_run.SETUP_FIRST_LINE)
