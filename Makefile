@@ -37,10 +37,11 @@ lint: install
 	$(BIN)/ruff format --check lib course_setup tests bench tools notebooks site
 
 # The test files are spread over the cores (pytest-xdist), each file on one worker: a
-# notebook's cells share its kernel, so they must stay together.
+# notebook's cells share its kernel, so they must stay together. The notebooks, the largest
+# files, go first, so that the small test files even out the workers at the end.
 test: lint
 	$(BIN)/python -m pytest -n auto --dist loadfile --nbval --nbval-current-env --nbval-figures \
-		tests notebooks
+		notebooks tests
 
 # Every notebook alone in a Colab-like environment (Colab's package versions), its set-up cell
 # installing the course from a wheel of this checkout; see tools/colab.py and the README.
@@ -111,6 +112,7 @@ $(BENCH_STAMP): $(STAMP) requirements-bench.txt
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/kernel_sets.py
+	$(BIN)/python bench/report.py
 
 # The student release (solutions replaced by stubs, outputs cleared) in build/student/, and
 # the solved exercises that checks.show_solution prints, packaged in lib/data/solutions.json,

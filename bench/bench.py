@@ -10,7 +10,7 @@ time of each is reported. Absolute times are printed for orientation only.
     python bench/bench.py --only parts   # where the time goes at the smallest torch shape
     python bench/bench.py --only causal-parts   # and in the causal core
     python bench/bench.py --only weights-parts  # and with the per-head weights kept
-    python bench/bench.py --only block-sizes    # lib's block sizes, shift-free exp: against others
+    python bench/bench.py --only removals --before DIR  # lib before (a checkout at DIR) and now
     python bench/bench.py --only grading --students 20  # grade.py vs nbgrader autograde
 """
 
@@ -342,7 +342,7 @@ def bench_torch(reps: int, threads: int, shapes=TORCH_SHAPES) -> list:
     print("  lib+w    BW.multi_head_attention(x, x, params, mask): output + per-head weights")
     print("  lib      the same with need_weights=False: output only")
     print("  read     A.multi_head_attention(x, x, params, mask): the readable form of")
-    print("           notebook 03 (output + weights), which the fast path must never lose to")
+    print("           notebook 03 (output + weights)")
     print("  mha+w    nn.MultiheadAttention(batch_first=True), need_weights=True,")
     print("           average_attn_weights=False: output + per-head weights")
     print("  mha      the same with need_weights=False: output only")
@@ -430,11 +430,8 @@ def bench_torch(reps: int, threads: int, shapes=TORCH_SHAPES) -> list:
                         f"{noise:6.0%}"
                     )
                     where = f"{np.dtype(dtype).name} {(batch, n, d, h)} {kind}"
-                    bars.append((f"{where}: lib+w / readable form", r_read, 1.0, noise))
-                    bars.append((f"{where}: lib+w / mha+w", r_w, 1.0, noise))
-                    bars.append((f"{where}: lib / mha", r_mha, 1.0, noise))
-                    if not causal:
-                        bars.append((f"{where}: lib / sdpa module", r_sdpa, 1.3, noise))
+                    bars.append((f"{where}: lib / mha", r_mha, 1.3, noise))
+                    bars.append((f"{where}: lib+w / mha+w", r_w, 1.3, noise))
     return bars
 
 
@@ -449,7 +446,7 @@ def _torch_parts(shape, dtype):
     rng = np.random.default_rng(0)
     params = A.init_mha_params(d, h, rng, bias=True, dtype=dtype)
     x = rng.normal(size=(batch, n, d)).astype(dtype)
-    scale = 1.0 / np.sqrt(d_k)  # folded into W_q and b_q, as lib does
+    scale = 1.0 / np.sqrt(d_k)  # folded into W_q and b_q: the queries come out scaled
     W = np.concatenate([params.W_q * scale, params.W_k, params.W_v], axis=1).astype(dtype)
     b = np.concatenate([params.b_q * scale, params.b_k, params.b_v]).astype(dtype)
     x2 = x.reshape(batch * n, d)
@@ -473,7 +470,7 @@ def _torch_parts(shape, dtype):
         (
             "QKV projection + bias",
             3 * projection,
-            lambda: A.project(x2, W, b),  # lib's own: x @ W, then += b
+            lambda: A.project(x2, W, b),  # x @ W + b, as lib projects
             lambda: F.linear(tx2, tW, tb),
         ),
         (
@@ -483,7 +480,7 @@ def _torch_parts(shape, dtype):
             lambda: F.linear(theads, tW_o, tb_o),
         ),
         (
-            "scores q k^T, lib's views",
+            "scores q k^T, views",
             per_head,
             lambda: np.matmul(q, k_t, out=S),
             lambda: torch.matmul(tq, tk.transpose(-1, -2), out=tS),
@@ -494,7 +491,7 @@ def _torch_parts(shape, dtype):
             lambda: np.matmul(q_c, k_t_c, out=S),
             lambda: torch.matmul(tq, tk.transpose(-1, -2), out=tS),
         ),
-        ("P v, lib's views", per_head, lambda: np.matmul(S, v), lambda: torch.matmul(tS, tv)),
+        ("P v, views", per_head, lambda: np.matmul(S, v), lambda: torch.matmul(tS, tv)),
         ("P v, contiguous", per_head, lambda: np.matmul(S, v_c), lambda: torch.matmul(tS, tv)),
         ("exp of the scores", None, lambda: np.exp(S), lambda: torch.exp(tS)),
         (
@@ -523,9 +520,9 @@ def bench_torch_parts(reps: int, threads: int, shape=TORCH_SHAPES[0]) -> None:
     from threadpoolctl import threadpool_limits
 
     print(f"\n== Where the time goes at (batch, n, d, h) = {shape}, no mask ==")
-    print("'lib's views': q, k, v as lib has them, views into the fused projection (rows")
-    print("  3 d apart); 'contiguous': each head's q, k^T, v as its own contiguous array, which")
-    print("  lib would have to pay a copy to get. torch always gets contiguous tensors.")
+    print("'views': q, k, v as views into one fused projection (rows 3 d apart);")
+    print("  'contiguous': each head's q, k^T, v as its own contiguous array (lib's blocks copy")
+    print("  them so). torch always gets contiguous tensors.")
     print(f"GFLOP/s count 2 m n k per (m x k) @ (k x n) product; {threads} thread(s) for both")
     torch.set_num_threads(threads)
     with threadpool_limits(limits=threads), torch.inference_mode():
@@ -561,7 +558,7 @@ def bench_torch_parts(reps: int, threads: int, shape=TORCH_SHAPES[0]) -> None:
 
 SECTIONS = (
     "lists", "loop", "gflops", "training", "bert", "torch", "parts", "causal-parts",
-    "weights-parts", "block-sizes", "scale", "grading",
+    "weights-parts", "removals", "scale", "grading",
 )  # fmt: skip
 # --------------------------------------------------------------------------- pretrained BERT
 
@@ -616,7 +613,7 @@ def load_average() -> list[float]:
 def summarise(bars: list) -> bool:
     """Print PASS/FAIL per bar; True when every bar passed."""
     kernels = f"{numpy_blas().get('architecture', 'unreported')}, NumPy loops {numpy_simd()}"
-    print(f"\n== Bars of make bench (issue 24), kernels {kernels} ==")
+    print(f"\n== Bars of make bench, kernels {kernels} ==")
     for name, ratio, bar, _ in bars:
         verdict = "PASS" if ratio <= bar else "FAIL"
         if name.startswith("memory n="):
@@ -628,8 +625,11 @@ def summarise(bars: list) -> bool:
     return failed == 0
 
 
-def save_results(path: str, bars: list, load_before: list, threads: int, reps: int) -> None:
-    """The run as JSON: the machine, the kernels, the versions, the load and every ratio."""
+def save_results(
+    path: str, bars: list, load_before: list, threads: int, reps: int, removals=None
+) -> None:
+    """The run as JSON: the machine, the kernels, the versions, the load and every ratio
+    (``removals``: the commit compared with and the rows of the removals section)."""
     import datetime
     import json
     import platform
@@ -686,6 +686,15 @@ def save_results(path: str, bars: list, load_before: list, threads: int, reps: i
             for name, ratio, bar, noise in bars
         ],
     }
+    if removals is not None:
+        commit, rows = removals
+        record["removals"] = {
+            "before_commit": commit,
+            "rows": [
+                {"call": call, "contender": who, "ratio": round(ratio, 4), "spread": round(n, 3)}
+                for call, who, ratio, n in rows
+            ],
+        }
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
         f.write("\n")
@@ -698,6 +707,9 @@ def main() -> None:
     parser.add_argument("--only", choices=SECTIONS, help="run one section only")
     parser.add_argument(
         "--bars", action="store_true", help="the sections with bars only (torch, scale)"
+    )
+    parser.add_argument(
+        "--before", help="a checkout of an earlier commit: the removals section compares with it"
     )
     parser.add_argument("--save", help="write the bars and the machine as JSON to this file")
     parser.add_argument(
@@ -719,7 +731,9 @@ def main() -> None:
     print(f"NumPy's own loops: {numpy_simd()}; load average {load_before} ({os.cpu_count()} cores)")
     run = set(SECTIONS) if args.only is None else {args.only}
     if args.bars:
-        run = {"torch", "scale"}
+        run = {"torch", "scale"} | ({"removals"} if args.before else set())
+    if "removals" in run and not args.before:
+        parser.error("the removals section needs --before DIR (a checkout of an earlier commit)")
     bars = []
     if "lists" in run:
         bench_lists_vs_numpy(reps)
@@ -745,10 +759,11 @@ def main() -> None:
         from scale import bench_weights_parts
 
         bench_weights_parts(reps, _torch_layers_from_lib)
-    if "block-sizes" in run:
-        from scale import bench_block_sizes
+    removals = None
+    if "removals" in run:
+        from removals import bench_removals
 
-        bench_block_sizes(reps, TORCH_SHAPES)
+        removals = bench_removals(reps, args.before)
     if "scale" in run:
         from scale import bench_scale
 
@@ -760,7 +775,7 @@ def main() -> None:
     if bars:
         summarise(bars)
     if args.save:
-        save_results(args.save, bars, load_before, args.threads, reps)
+        save_results(args.save, bars, load_before, args.threads, reps, removals)
 
 
 if __name__ == "__main__":

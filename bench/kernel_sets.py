@@ -1,4 +1,4 @@
-"""`make bench`: issue 24's bars on every set of CPU kernels this machine can run.
+"""`make bench`: the bars on every set of CPU kernels this machine can run.
 
 NumPy's speed depends on two choices made when it is imported: the kernels OpenBLAS picks
 for matrix products (AVX-512 "SkylakeX" or AVX2 "Haswell" on the course's machines) and the
@@ -16,6 +16,9 @@ PASS/FAIL per bar and set.
 
     python bench/kernel_sets.py            # every set this CPU can run
     python bench/kernel_sets.py --quick    # fewer repetitions, without the largest shape
+    python bench/kernel_sets.py --before DIR   # and lib against a checkout of an earlier commit
+
+Then `python bench/report.py` writes docs/benchmarks.md from the newest results.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--sets", nargs="+", help="measure only these kernel sets (e.g. Haswell)")
+    parser.add_argument("--before", help="a checkout of an earlier commit to time lib against")
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
     date = datetime.date.today().isoformat()
@@ -105,10 +109,12 @@ def main() -> None:
             continue
         print(f"\n######## kernel set {name} -> {out.relative_to(HERE.parent)}", flush=True)
         command = [sys.executable, str(HERE / "bench.py"), "--bars", "--save", str(out)]
-        subprocess.run(command + (["--quick"] if args.quick else []), env=env, check=True)
+        command += ["--quick"] if args.quick else []
+        command += ["--before", args.before] if args.before else []
+        subprocess.run(command, env=env, check=True)
         runs[name] = json.loads(out.read_text())
     names = list(runs)
-    print("\n######## Summary: issue 24's bars per kernel set (ratio, PASS/FAIL)")
+    print("\n######## Summary: the bars per kernel set (ratio, PASS/FAIL)")
     print(f"{'bar':<66} " + " ".join(f"{n:>16}" for n in names))
     bars = {b["name"]: b for b in next(iter(runs.values()))["bars"]}
     for bar in bars:

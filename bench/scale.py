@@ -1,10 +1,10 @@
 """The "scale" section of `make bench`: the performance bars of notebook 10.
 
-- causal attention: lib's blocked kernel (lib.blockwise.attention, causal=True) against
+- causal attention: lib's blocks of query rows (lib.blockwise.attention, causal=True) against
   torch's F.scaled_dot_product_attention(is_causal=True) and against itself with skipping
   turned off, on the attention core (q, k, v) of two long-sequence shapes, float32;
 - memory: NumPy's peak allocation (tracemalloc) of exact attention at n = 16384, d = 64, one
-  head, as a share of one n x n float32 buffer, and the time against the plain
+  head, as a share of one n x n float32 buffer, and (no bar) the time against the plain
   (unblocked) form at the largest n whose n x n buffers fit in the memory available;
 - decoding: a 512-token prompt, then 512 tokens one at a time, d = 512, 8 heads, float32:
   lib's Decoder (preallocated cache) against a torch layer that keeps its cache by
@@ -13,12 +13,12 @@
 - the roofline's two ceilings (notebook 10, section 4): the float32 matmul peak and the
   memory bandwidth of a large copy.
 
-The bar on per-head weights (lib+w <= mha+w) is checked by the torch section. Every bar is
-returned as (name, measured ratio, bar, spread) for bench.py's summary and results file.
+The bars on the fast path against nn.MultiheadAttention are checked by the torch section.
+Every bar is returned as (name, measured ratio, bar, spread) for bench.py's summary and
+results file.
 
 The sections that explain a figure rather than check a bar live here too: where the causal
-core's time goes (causal-parts), where lib+w's time goes against mha+w (weights-parts), and
-lib's block sizes against others (block-sizes).
+core's time goes (causal-parts) and where lib+w's time goes against mha+w (weights-parts).
 """
 
 from __future__ import annotations
@@ -65,14 +65,6 @@ def qkv(batch, n, d_model, heads, dtype=np.float32, seed=0):
     return tuple(rng.normal(size=shape).astype(dtype) for _ in range(3))
 
 
-def avx512_blas() -> bool:
-    """Whether NumPy's OpenBLAS runs AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids)."""
-    from threadpoolctl import threadpool_info
-
-    archs = [i.get("architecture") or "" for i in threadpool_info() if i["user_api"] == "blas"]
-    return bool(archs) and archs[0].lower() in ("skylakex", "cooperlake", "sapphirerapids")
-
-
 def bench_causal(reps: int, bars: list) -> None:
     import torch
     from torch.nn import functional as F
@@ -82,9 +74,6 @@ def bench_causal(reps: int, bars: list) -> None:
     print("          after the last one their rows may attend to")
     print("lib noskip  the same with skip_masked_blocks=False (every key computed, then masked)")
     print("sdpa      F.scaled_dot_product_attention(q, k, v, is_causal=True)")
-    # Issue 24's bar: SDPA's fused kernel runs its exp in the same AVX-512 pass as its
-    # tiles; with AVX2 kernels NumPy's separate exp pass costs more, hence 1.2x there.
-    sdpa_bar = 1.0 if avx512_blas() else 1.2
     print(
         f"{'batch':>5} {'n':>5} {'d':>4} {'h':>2} | {'lib':>10} {'lib noskip':>10} "
         f"{'sdpa':>10} | {'lib/sdpa':>8} {'lib/noskip':>10} {'spread':>6}"
@@ -118,13 +107,14 @@ def bench_causal(reps: int, bars: list) -> None:
             f"{fmt_time(med['sdpa'])} | {r_sdpa:7.2f}x {r_skip:9.2f}x {noise:6.0%}"
         )
         where = f"causal core {(batch, n, d, h)}"
-        bars.append((f"{where}: lib / sdpa(is_causal)", r_sdpa, sdpa_bar, noise))
+        bars.append((f"{where}: lib / sdpa(is_causal)", r_sdpa, 1.3, noise))
         bars.append((f"{where}: lib / lib without skipping", r_skip, 0.6, noise))
 
 
 class _TimedNumPy:
-    """NumPy for lib.blockwise while :func:`bench_causal_parts` runs: the calls made by the
-    kernel's loop (``_attend_in_blocks``) are timed and added up by what they compute."""
+    """NumPy for lib.blockwise while :func:`bench_causal_parts` runs: the calls made by one
+    block of the kernel (``attend_block``) are timed and added up by what they compute
+    (``s.max``, ``s.sum`` and indexing are methods, not NumPy calls: they count as the rest)."""
 
     def __init__(self, d_k: int):
         self.d_k, self.seconds, self.products = d_k, {}, []
@@ -135,24 +125,31 @@ class _TimedNumPy:
             return fn
 
         def timed(*args, **kwargs):
-            if sys._getframe(1).f_code.co_name != "_attend_in_blocks":
+            if sys._getframe(1).f_code.co_name != "attend_block":
                 return fn(*args, **kwargs)
             start = time.perf_counter()
             result = fn(*args, **kwargs)
             part = self.part(name, args)
             self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - start
             if part in ("scores q k^T", "P @ v"):  # the operands, to replay with torch
-                self.products.append((args[0], args[1], kwargs["out"]))
+                self.products.append((args[0], args[1], result))
             return result
 
         return timed
 
     def part(self, name, args) -> str:
         if name == "matmul":
-            if args[1].shape[-1] == 1:
-                return "row sums S @ ones"
             return "scores q k^T" if args[0].shape[-1] == self.d_k else "P @ v"
-        return {"exp": "exp"}.get(name, "max, mask, normalise")
+        if name == "divide":  # the output (d_v = d_k numbers a row) or the kept weights
+            return "normalise o" if args[0].shape[-1] == self.d_k else "normalise weights"
+        return self.PARTS.get(name, "other NumPy calls")
+
+    PARTS = {
+        "exp": "exp",
+        "subtract": "subtract the max",
+        "copyto": "mask",
+        "isinf": "overflowed scores to NaN",
+    }
 
 
 def bench_causal_parts(reps: int) -> None:
@@ -199,8 +196,8 @@ def bench_causal_parts(reps: int) -> None:
     products = sum(t for name, t in parts.items() if name in ("scores q k^T", "P @ v"))
     for name, t in [*sorted(parts.items(), key=lambda item: -item[1]), ("all of these", None)]:
         t = sum(parts.values()) if t is None else t
-        print(f"  {name:<22} {fmt_time(t)} {t / sdpa['lib']:6.0%} of lib")
-    print(f"  {'q k^T + P v':<22} {fmt_time(products)} = {flop / products / 1e9:.0f} GFLOP/s; "
+        print(f"  {name:<26} {fmt_time(t)} {t / sdpa['lib']:6.0%} of lib")
+    print(f"  {'q k^T + P v':<26} {fmt_time(products)} = {flop / products / 1e9:.0f} GFLOP/s; "
           f"SDPA's whole call = {flop / sdpa['sdpa'] / 1e9:.0f} GFLOP/s")  # fmt: skip
     print(f"  the same {len(numpy_ops)} products replayed: NumPy {fmt_time(replay['numpy'])}, "
           f"torch.matmul {fmt_time(replay['torch'])} ({flop / replay['torch'] / 1e9:.0f} "
@@ -208,17 +205,6 @@ def bench_causal_parts(reps: int) -> None:
 
 
 WEIGHTS_SHAPES = [((8, 512, 512, 8), np.float32), ((2, 2048, 512, 8), np.float64)]
-
-
-class _TimedKernel(_TimedNumPy):
-    """:class:`_TimedNumPy` for the whole layer: the softmax's calls told apart."""
-
-    def part(self, name, args) -> str:
-        if name == "matmul":
-            return super().part(name, args)
-        if name == "multiply":  # o *= 1/sum (d_k per row) or the kept weights (n_k per row)
-            return "normalise o" if args[0].shape[-1] == self.d_k else "normalise weights"
-        return {"exp": "exp", "divide": "1 / row sums"}.get(name, "row max, mask, zeros")
 
 
 def _torch_call_parts(fn, d_k: int) -> dict[str, float]:
@@ -245,9 +231,9 @@ def _torch_call_parts(fn, d_k: int) -> dict[str, float]:
 
 def _lib_call_parts(fn, d_k: int) -> dict[str, float]:
     """Seconds of each kind of NumPy call in one call of ``fn`` (lib's fast path): the
-    kernel loop's calls by :class:`_TimedKernel`, the projections (``A.project``), and
-    'other', the rest of the call."""
-    timed, project = _TimedKernel(d_k), A.project
+    kernel's calls by :class:`_TimedNumPy`, the projections (``A.project``), and 'other',
+    the rest of the call (the row max and sum, Python)."""
+    timed, project = _TimedNumPy(d_k), A.project
 
     def timed_project(*args):
         start = time.perf_counter()
@@ -277,8 +263,8 @@ def bench_weights_parts(reps: int, torch_layers) -> None:
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(1)
-    softmax = ("exp", "row sums S @ ones", "1 / row sums", "row max, mask, zeros",
-               "normalise weights", "normalise o")  # fmt: skip
+    softmax = ("exp", "subtract the max", "normalise weights", "normalise o", "mask")
+    softmax += ("overflowed scores to NaN", "other NumPy calls")
     for (batch, n, d, h), dtype in WEIGHTS_SHAPES:
         rng = np.random.default_rng(0)
         params = A.init_mha_params(d, h, rng, bias=True, dtype=dtype)
@@ -337,81 +323,6 @@ def bench_weights_parts(reps: int, torch_layers) -> None:
     print(" per number")
 
 
-# Block sizes lib's kernel could use instead of its own, each changing one of them: the same
-# call, timed with each. A call that a change does not touch measures the noise.
-BLOCK_SIZES = {
-    "lib's": {},
-    "groups 8 MB": dict(GROUP_BYTES=8 << 20),
-    "rows 2 MB": dict(ROW_BLOCK_BYTES=2 << 20),
-    "rows 4 MB": dict(ROW_BLOCK_BYTES=4 << 20),
-    "causal 8 blocks": dict(CAUSAL_BLOCKS=8),
-    "causal 32 blocks": dict(CAUSAL_BLOCKS=32),
-    "exp shifted": dict(SAFE_SCORE={}),  # every row's maximum subtracted, however small
-}
-
-
-def bench_block_sizes(reps: int, shapes) -> None:
-    """lib's block sizes and shift-free exp (lib.blockwise's constants) against others, on
-    the same calls (every score here is small enough to skip the shift): the fast path at
-    the torch section's shapes in float32 and at the second in float64, with and without
-    the weights and a causal mask, and the causal core at the first of :data:`CAUSAL_SHAPES`.
-    Each ratio is the median over rounds of time(others) / time(lib's): above 1, lib's win."""
-    from threadpoolctl import threadpool_limits
-
-    calls = {}
-    for (batch, n, d, h), dtype in [(s, np.float32) for s in shapes] + [(shapes[1], np.float64)]:
-        rng = np.random.default_rng(0)
-        params = A.init_mha_params(d, h, rng, bias=True, dtype=dtype)
-        x = rng.normal(size=(batch, n, d)).astype(dtype)
-        for causal in (False, True):
-            for weights in (False, True):
-                name = (
-                    f"{(batch, n, d, h)} {'causal' if causal else 'none'}"
-                    + (" +w" if weights else "")
-                    + (" f64" if dtype == np.float64 else "")
-                )
-                calls[name] = lambda x=x, p=params, c=causal, w=weights: BW.multi_head_attention(
-                    x, x, p, causal=c, need_weights=w
-                )
-    q, k, v = qkv(*CAUSAL_SHAPES[0])
-    calls[f"causal core {CAUSAL_SHAPES[0]}"] = lambda: BW.attention(q, k, v, causal=True)
-    own = {name: getattr(BW, name) for sizes in BLOCK_SIZES.values() for name in sizes}
-
-    def with_sizes(call, sizes):
-        def run():
-            for name, value in sizes.items():
-                setattr(BW, name, value)
-            try:
-                call()
-            finally:
-                for name, value in own.items():
-                    setattr(BW, name, value)
-
-        return run
-
-    print("\n== lib's block sizes and shift-free exp against others, one thread ==")
-    print("float32, except the calls marked f64")
-    print("lib's: " + ", ".join(f"{name} = {value}" for name, value in own.items()))
-    print("ratio: median over rounds of time(these sizes) / time(lib's); above 1: lib's faster")
-    others = [name for name in BLOCK_SIZES if name != "lib's"]
-    print(f"{'call':<34} {'lib':>10} " + " ".join(f"{name:>12}" for name in others) + " spread")
-    with threadpool_limits(limits=1):
-        for call_name, call in calls.items():
-            big = "2048" in call_name or "core" in call_name
-            t = interleaved_times(
-                {name: with_sizes(call, sizes) for name, sizes in BLOCK_SIZES.items()},
-                reps=max(6, reps // (3 if big else 1)),
-            )
-            ratios = [median_ratio(t, name, "lib's") for name in others]
-            noise = max(spread(ts) for ts in t.values())
-            own_time = statistics.median(t["lib's"])
-            print(
-                f"{call_name:<34} {fmt_time(own_time)} "
-                + " ".join(f"{r:11.2f}x" for r in ratios)
-                + f" {noise:5.0%}"
-            )
-
-
 def peak_bytes(fn) -> int:
     """NumPy's peak allocation while fn runs (tracemalloc sees NumPy's buffers)."""
     tracemalloc.start()
@@ -462,9 +373,8 @@ def bench_memory(reps: int, bars: list) -> None:
     print(
         f"  lib {fmt_time(statistics.median(t['lib']))}, plain "
         f"{fmt_time(statistics.median(t['plain']))}: lib / plain {ratio:.2f}x "
-        f"(spread {noise:.0%})"
+        f"(spread {noise:.0%}; no bar)"
     )
-    bars.append((f"memory: time lib / plain at n={m}", ratio, 1.0, noise))
 
 
 def torch_decoder(params: A.MHAParams):

@@ -1,15 +1,14 @@
-"""The checks lib's attention entry points share: one function per rule (the README's
-"Conventions"), one wording per message, so the same mistake gets the same ``ValueError``
-wherever it is made. A check with a single caller lives beside it.
-
-Entry points check inputs and parameters for NaN and inf before computing, then the result
-once: a NaN or inf there can only be an overflow, which :func:`mha_nonfinite` explains.
+"""The checks of lib's entry points: one function per rule (the README's "Conventions"), one
+wording per message. A learner never needs to open this module to follow a computation: each
+entry point calls it once at its top (e.g. :func:`mha_inputs`), then computes. Inputs are
+checked for NaN and inf before computing, the result once after: a NaN or inf there can only
+be an overflow, which :func:`finite_output` reports with the inputs' largest magnitudes.
 """
 
 from __future__ import annotations
 
-import math
 import numbers
+from dataclasses import replace
 
 import numpy as np
 
@@ -45,18 +44,15 @@ def one_of(value, name: str, options: tuple[str, ...]) -> str:
     return value
 
 
-def divisors(n: int) -> list[int]:
-    return [h for h in range(1, n + 1) if n % h == 0]
-
-
 def heads(d_model, n_heads) -> int:
     """d_k = d_model / n_heads, for a d_model >= 1 and a head count that divides it."""
     d_model = integer(d_model, "d_model", low=1)
     n_heads = integer(n_heads, "n_heads", low=1)
     if d_model % n_heads:
+        valid = [h for h in range(1, d_model + 1) if d_model % h == 0]
         raise ValueError(
             f"d_model={d_model} is not divisible by n_heads={n_heads}; "
-            f"valid head counts for d_model={d_model} are {divisors(d_model)}"
+            f"valid head counts for d_model={d_model} are {valid}"
         )
     return d_model // n_heads
 
@@ -66,10 +62,11 @@ def kv_heads(n_heads, n_kv_heads) -> int:
     n_heads = integer(n_heads, "n_heads", low=1)
     n_kv_heads = integer(n_kv_heads, "n_kv_heads", low=1)
     if n_heads % n_kv_heads:
+        valid = [h for h in range(1, n_heads + 1) if n_heads % h == 0]
         raise ValueError(
             f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}: each key/value head "
             f"serves n_heads / n_kv_heads query heads; valid key/value head counts for "
-            f"n_heads={n_heads} are {divisors(n_heads)}"
+            f"n_heads={n_heads} are {valid}"
         )
     return n_heads // n_kv_heads
 
@@ -118,44 +115,30 @@ def finite(x: np.ndarray, name: str) -> None:
     """No NaN and no +-inf in ``x``; the message gives the index of the first one."""
     if not all_finite(x):
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
-        raise ValueError(nonfinite_message(name, where, x.shape))
+        raise ValueError(f"{name} contains NaN or inf (first at index {where}, shape {x.shape})")
 
 
 def finite_all(arrays: dict[str, np.ndarray]) -> None:
-    """:func:`finite` for several arrays, in one pass when together they are small."""
-    if not _finite_together(list(arrays.values())):
-        for name, a in arrays.items():
-            finite(a, name)
-
-
-def _finite_together(arrays: list[np.ndarray]) -> bool:
-    """True when the arrays are small and all finite; False: look at each, to name it."""
-    if sum(a.size for a in arrays) > _ONE_PASS:
-        return False
-    return all_finite(np.concatenate([a.ravel() for a in arrays]))
+    """:func:`finite` for each of several named arrays."""
+    for name, a in arrays.items():
+        finite(a, name)
 
 
 def gradients(grads: dict[str, np.ndarray], d_out: np.ndarray) -> None:
     """Gradients computed from finite numbers can still overflow: refuse them, by name."""
-    if _finite_together(list(grads.values())):
-        return
     for name, g in grads.items():
         if not all_finite(g):
             raise overflow(f"the gradient of {name} (from d_out)", g.dtype, {"d_out": d_out})
 
 
-_ONE_PASS = 1 << 16  # numbers: below this, copying them into one array is the cheaper way
-
-
-def nonfinite_message(name: str, where: tuple, shape: tuple) -> str:
-    return f"{name} contains NaN or inf (first at index {where}, shape {tuple(shape)})"
-
-
 def overflow(what: str, dtype, operands: dict[str, np.ndarray]) -> ValueError:
     """The error (returned, to raise) for finite numbers whose products overflow ``dtype``,
     naming the arrays involved and where their largest entries are."""
-    parts = []
+    parts, seen = [], []
     for name, a in operands.items():
+        if any(a is b for b in seen):  # self-attention: x_kv is x_q, named once
+            continue
+        seen.append(a)
         a = np.asarray(a)
         if a.size:
             where = np.unravel_index(int(np.argmax(np.abs(a))), a.shape)
@@ -166,34 +149,21 @@ def overflow(what: str, dtype, operands: dict[str, np.ndarray]) -> ValueError:
     return ValueError(f"{what} overflow {dtype.name} ({'; '.join(parts)}): {fix}")
 
 
-def same_d_k(q_shape, k_shape, names=("q", "k")) -> None:
-    """q and k share d_k >= 1 (their last axis)."""
-    if q_shape[-1] != k_shape[-1] or q_shape[-1] < 1:
-        a, b = names
-        raise ValueError(
-            f"{a} and {b} must share d_k >= 1 (last axis): {a} is {tuple(q_shape)}, "
-            f"{b} is {tuple(k_shape)}"
-        )
+def no_nan_or_posinf(x: np.ndarray, name: str) -> None:
+    """For scores, where -inf means "masked": NaN and +inf are refused."""
+    bad = np.isnan(x) | np.isposinf(x)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"{name} contains NaN or +inf (first at index {where}, shape {x.shape})")
 
 
-def leading_axes(shapes: dict[str, tuple]) -> tuple[int, ...]:
-    """The leading (batch) axes of q, k, v, broadcast together."""
-    try:
-        return np.broadcast_shapes(*(s[:-2] for s in shapes.values()))
-    except ValueError:
-        listed = ", ".join(f"{name} is {tuple(s)}" for name, s in shapes.items())
-        raise ValueError(
-            f"the leading (batch) axes of {', '.join(shapes)} must broadcast together: {listed}"
-        ) from None
-
-
-def same_keys(k_shape, v_shape, names=("k", "v")) -> None:
-    if k_shape[-2] != v_shape[-2]:
-        a, b = names
-        raise ValueError(
-            f"{a} and {b} must have the same number of keys (axis -2): {a} is {tuple(k_shape)}, "
-            f"{b} is {tuple(v_shape)}"
-        )
+def lengths(values, n_k: int) -> np.ndarray:
+    """Sequence lengths for a padding mask: integers in [0, n_k]."""
+    values = integers(values, "lengths")
+    bad = values[(values < 0) | (values > n_k)]
+    if bad.size:
+        raise ValueError(f"lengths must lie in [0, n_k={n_k}], got {bad.tolist()}")
+    return values
 
 
 def integers(values, name: str) -> np.ndarray:
@@ -210,36 +180,17 @@ def integers(values, name: str) -> np.ndarray:
 
 # --------------------------------------------------------------------------- masks
 
-_CONVERT = {
-    "array": (
-        "An additive mask (0 = attend, -inf = blocked) converts with `mask == 0`; a boolean "
-        "mask with True = blocked (torch's attn_mask, key_padding_mask) with `~mask`; a 0/1 "
-        "mask with 1 = attend with `mask.astype(bool)`"
-    ),
-    "list": (
-        "An additive mask (0 = attend, -inf = blocked) converts with "
-        "`[[x == 0 for x in row] for row in mask]`; a 0/1 mask with 1 = attend with "
-        "`[[x == 1 for x in row] for row in mask]`"
-    ),
-}
-
-
-def not_boolean(got: str, kind: str) -> ValueError:
-    return ValueError(f"mask must be boolean, True = may attend, got {got}. {_CONVERT[kind]}.")
-
 
 def bool_mask(mask) -> np.ndarray:
     """``mask`` as a boolean array; any other dtype is refused, saying how to convert."""
     mask = np.asarray(mask)
     if mask.dtype != bool:
-        raise not_boolean(f"dtype {mask.dtype}", "array")
-    return mask
-
-
-def mask(mask, scores_shape: tuple[int, ...], axes: str = "(..., n_q, n_k)") -> np.ndarray:
-    """A boolean mask that broadcasts to the scores' shape without growing it."""
-    mask = bool_mask(mask)
-    fits_scores(mask.shape, "mask", scores_shape, axes)
+        raise ValueError(
+            f"mask must be boolean, True = may attend, got dtype {mask.dtype}. An additive "
+            "mask (0 = attend, -inf = blocked) converts with `mask == 0`; a boolean mask with "
+            "True = blocked (torch's attn_mask, key_padding_mask) with `~mask`; a 0/1 mask "
+            "with 1 = attend with `mask.astype(bool)`."
+        )
     return mask
 
 
@@ -263,13 +214,21 @@ def attention_inputs(q, k, v, attn_mask):
     q, k, v = real_array(q, "q"), real_array(k, "k"), real_array(v, "v")
     for name, a in (("q", q), ("k", k), ("v", v)):
         rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
-    same_d_k(q.shape, k.shape)
-    same_keys(k.shape, v.shape)
-    lead = leading_axes({"q": q.shape, "k": k.shape, "v": v.shape})
+    shapes = f"q is {q.shape}, k is {k.shape}, v is {v.shape}"
+    if q.shape[-1] != k.shape[-1] or q.shape[-1] < 1:
+        raise ValueError(f"q and k must share d_k >= 1 (last axis): {shapes}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same number of keys (axis -2): {shapes}")
+    try:
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"the leading (batch) axes of q, k, v must broadcast together: {shapes}"
+        ) from None
     finite_all({"q": q, "k": k, "v": v})
     if attn_mask is not None:
-        attn_mask = mask(attn_mask, lead + (q.shape[-2], k.shape[-2]))
-    # NumPy's promotion, before any step (lib.attention.promoted does the same for a layer)
+        attn_mask = bool_mask(attn_mask)
+        fits_scores(attn_mask.shape, "mask", lead + (q.shape[-2], k.shape[-2]), "(..., n_q, n_k)")
     dtype = np.result_type(q, k, v)
     q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
     return q, k, v, attn_mask, lead
@@ -278,77 +237,111 @@ def attention_inputs(q, k, v, attn_mask):
 # --------------------------------------------------------------------------- multi-head
 
 
-def width(shape: tuple, name: str, d_model: int) -> None:
-    """An input's last axis is the parameters' d_model."""
-    if shape[-1] != d_model:
+def mha_params(p) -> None:
+    """The arrays of a freshly built MHAParams (or lib.kv_cache.GQAParams) made NumPy arrays
+    and checked: W_q, W_o (d_model, d_model); W_k, W_v (d_model, n_kv_heads * d_k) (n_kv_heads
+    is n_heads except in a GQAParams); all four biases or none, each as wide as its weight."""
+    arrays = {name: getattr(p, name) for name in PARAM_NAMES}
+    arrays = {name: None if a is None else real_array(a, name) for name, a in arrays.items()}
+    d = arrays["W_q"].shape[0] if arrays["W_q"].ndim else 0
+    d_k = heads(d, p.n_heads)
+    n_kv = getattr(p, "n_kv_heads", p.n_heads)
+    kv_heads(p.n_heads, n_kv)
+    kv = "(d_model, d_model)" if n_kv == p.n_heads else "(d_model, n_kv_heads * d_k)"
+    layouts = {"q": ("(d_model, d_model)", d), "o": ("(d_model, d_model)", d)}
+    layouts |= {"k": (kv, n_kv * d_k), "v": (kv, n_kv * d_k)}
+    for part, (layout, size) in layouts.items():
+        W = arrays["W_" + part]
+        if W.shape != (d, size):
+            raise ValueError(f"W_{part} must be {layout} = ({d}, {size}), got {W.shape}")
+    given = [name for name in BIAS_NAMES if arrays[name] is not None]
+    if given and len(given) != len(BIAS_NAMES):
+        missing = [name for name in BIAS_NAMES if name not in given]
         raise ValueError(
-            f"{name} has d_model={shape[-1]} (shape {tuple(shape)}) but the parameters "
-            f"have d_model={d_model}"
+            f"MHAParams takes all four biases or none, got {', '.join(given)} without "
+            f"{', '.join(missing)}: pass zeros for a bias the layer does not have "
+            "(a zero bias is the same as no bias)"
         )
+    for name in given:
+        layout, size = layouts[name[-1]]
+        what = "d_model" if size == d else "n_kv_heads * d_k"
+        if arrays[name].shape != (size,):
+            raise ValueError(
+                f"{name} must have shape ({what},) = ({size},), got {arrays[name].shape}"
+            )
+    for name, a in arrays.items():
+        object.__setattr__(p, name, a)  # frozen: the checked arrays stay its fields
+    object.__setattr__(p, "n_heads", int(p.n_heads))
 
 
-def square(shape: tuple, name: str, d: int) -> None:
-    """A projection's weight is (d_model, d_model)."""
-    if tuple(shape) != (d, d):
-        raise ValueError(f"{name} must be (d_model, d_model) = ({d}, {d}), got {tuple(shape)}")
+def params(p):
+    """``p`` is an MHAParams (or a subclass: anything with its fields and ``arrays()``) whose
+    arrays hold no NaN or inf (arrays can change in place after the shapes were checked)."""
+    if not (callable(getattr(p, "arrays", None)) and hasattr(p, "n_heads")):
+        raise ValueError(
+            f"params must be an MHAParams (see lib.attention.init_mha_params) or a GQAParams "
+            f"(lib.kv_cache.init_gqa_params), got {type(p).__name__}"
+        )
+    finite_all({f"params.{name}": a for name, a in p.arrays().items()})
+    return p
 
 
-def stage(part: str, x_name: str, bias: bool) -> str:
-    """How overflow messages name a projection: 'the queries x_q @ W_q + b_q'."""
-    what = {"q": "queries", "k": "keys", "v": "values"}[part]
-    return f"the {what} {x_name} @ W_{part}" + (f" + b_{part}" if bias else "")
-
-
-SCORES = "the scores q k^T / sqrt(d_k)"
-OUTPUT = "the output (the weighted sums of the values, then @ W_o + b_o)"
-
-
-def largest_row_norm(x: np.ndarray) -> float:
-    """max over the rows (last axis) of |x_row| (NaN or inf when x holds them)."""
-    if x.size == 0:
-        return 0.0
-    return math.sqrt(float(np.einsum("...d,...d->...", x, x).max()))
-
-
-def scores_fit(q: np.ndarray, k: np.ndarray, q_norm: float, k_norm: float) -> bool:
-    """Whether every score q_i . k_j (q already scaled, masked or not) is finite. By
-    Cauchy-Schwarz |q_i . k_j| <= |q_i| |k_j|, so the scores are computed only when the
-    largest norms say they might overflow."""
-    limit = 0.25 * float(np.finfo(np.result_type(q, k)).max)
-    if q_norm * k_norm <= limit:
-        return True
-    with np.errstate(all="ignore"):
-        return all_finite(q @ np.swapaxes(k, -1, -2))
-
-
-def mha_nonfinite(p, x_q: np.ndarray, x_kv: np.ndarray, *, scores_of=None, cache=None):
-    """Raise the ValueError that explains a NaN or inf met in a multi-head forward with
-    finite inputs: the first stage (projections, scores, output) that overflowed.
-
-    x_q, x_kv: (batch, n, d_model). ``scores_of``: for scores with positions (RoPE, a bias),
-    (name, function of the scaled q and k that computes them, arrays it adds). ``cache``: a
-    decoder's (keys, values) (batch, n_kv_heads, n_k, d_k), its new tokens named x_new.
-    """
+def mha_inputs(x_q, x_kv, p, mask, causal: bool = False, unbatched_ok: bool = True):
+    """Everything a multi-head forward checks, in one call: the parameters, x_q and x_kv
+    (real, finite, (batch, n, d_model), or both (n, d_model) when ``unbatched_ok``), the mask
+    (boolean, broadcasting to (batch, heads, n_q, n_k)). Returns x_q, x_kv (batch, n, d_model)
+    and the parameters in their common dtype (NumPy's promotion), the mask with four axes and
+    ``causal`` folded in (None: every key) and whether the inputs came unbatched."""
+    params(p)
+    if getattr(p, "n_kv_heads", p.n_heads) != p.n_heads:
+        raise ValueError(
+            f"params has grouped key/value heads (n_kv_heads={p.n_kv_heads} for "
+            f"n_heads={p.n_heads}): run it with lib.kv_cache.grouped_query_attention"
+        )
+    same = x_kv is x_q  # self-attention stays one array
+    x_q = real_array(x_q, "x_q")
+    x_kv = x_q if same else real_array(x_kv, "x_kv")
+    layouts = (
+        "both (batch, n, d_model) or both (n, d_model)" if unbatched_ok else "(batch, n, d_model)"
+    )
+    if x_q.ndim not in ((2, 3) if unbatched_ok else (3,)) or x_kv.ndim != x_q.ndim:
+        raise ValueError(
+            f"x_q and x_kv must be {layouts}, got x_q {x_q.shape} and x_kv {x_kv.shape}"
+        )
+    unbatched = x_q.ndim == 2
+    if unbatched:
+        x_q = x_q[None]
+        x_kv = x_q if same else x_kv[None]
+    for name, x in (("x_q", x_q), ("x_kv", x_kv)):
+        if x.shape[-1] != p.d_model:
+            raise ValueError(
+                f"{name} has d_model={x.shape[-1]} (shape {x.shape}) but the parameters have "
+                f"d_model={p.d_model}"
+            )
+    if x_q.shape[0] != x_kv.shape[0]:
+        raise ValueError(f"x_q and x_kv have different batch sizes: {x_q.shape} and {x_kv.shape}")
+    finite_all({"x_q": x_q} if same else {"x_q": x_q, "x_kv": x_kv})
+    batch, n_q, n_k = x_q.shape[0], x_q.shape[1], x_kv.shape[1]
+    if mask is not None:
+        mask = bool_mask(mask)
+        fits_scores(mask.shape, "mask", (batch, p.n_heads, n_q, n_k), "(batch, heads, n_q, n_k)")
+    if causal:  # query i sees keys 0 .. i + (n_k - n_q), as lib.attention.causal_mask
+        rule = np.tri(n_q, n_k, k=n_k - n_q, dtype=bool)
+        mask = rule if mask is None else mask & rule
+    if mask is not None:
+        mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     dtype = np.result_type(x_q, x_kv, *p.arrays().values())
-    x_names = ("x_new", "x_new") if cache is not None else ("x_q", "x_kv")
-    inputs = {"q": (x_q, x_names[0]), "k": (x_kv, x_names[1]), "v": (x_kv, x_names[1])}
-    with np.errstate(all="ignore"):
-        heads = {}
-        for part, (x, x_name) in inputs.items():
-            W, b = getattr(p, "W_" + part), getattr(p, "b_" + part)
-            y = x @ W if b is None else x @ W + b
-            if not all_finite(y):
-                names = {x_name: x, f"W_{part}": W} | ({} if b is None else {f"b_{part}": b})
-                raise overflow(stage(part, x_name, b is not None), dtype, names)
-            heads[part] = y.reshape(*y.shape[:2], -1, p.d_k).swapaxes(1, 2)
-        k, v = cache if cache is not None else (heads["k"], heads["v"])
-        k, v = np.repeat(k, p.group, axis=1), np.repeat(v, p.group, axis=1)
-        q = heads["q"] * (1.0 / math.sqrt(p.d_k))
-        if not all_finite(q @ k.swapaxes(-1, -2)):
-            raise overflow(SCORES, dtype, {"q": q, "k": k})
-        if scores_of is not None:
-            what, scores, added = scores_of
-            if not all_finite(scores(q, k)):
-                raise overflow(what, dtype, {"q": q, "k": k} | added)
-    output = {"v": v, "W_o": p.W_o} | ({} if p.b_o is None else {"b_o": p.b_o})
-    raise overflow(OUTPUT, dtype, output)
+    changed = {name: a.astype(dtype) for name, a in p.arrays().items() if a.dtype != dtype}
+    if changed:
+        p = replace(p, **changed)
+    x_q = x_q.astype(dtype, copy=False)
+    x_kv = x_q if same else x_kv.astype(dtype, copy=False)
+    return x_q, x_kv, p, mask, unbatched
+
+
+def finite_output(out: np.ndarray, inputs: dict[str, np.ndarray]) -> None:
+    """After a forward of finite inputs, a NaN or inf in ``out`` can only be an overflow
+    (a score, a projection or a sum too large for the dtype): one error naming the inputs'
+    largest magnitudes and what to do."""
+    if not all_finite(out):
+        raise overflow("numbers in the output", out.dtype, inputs)

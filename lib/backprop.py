@@ -87,29 +87,6 @@ class MHACache:
     score_bias_shape: tuple | None = None  # the shape of the score bias given
 
 
-def _score_bias(bias, scores_shape: tuple[int, ...]) -> np.ndarray:
-    """A real, finite array added to the scores: it broadcasts to their shape
-    (batch, heads, n_q, n_k) without growing it, and gets four axes."""
-    bias = valid.real_array(bias, "score_bias")
-    valid.fits_scores(bias.shape, "score_bias", scores_shape, "(batch, heads, n_q, n_k)")
-    valid.finite(bias, "score_bias")
-    return bias.reshape((1,) * (4 - bias.ndim) + bias.shape)
-
-
-def _head_mask(head_mask, batch: int, n_heads: int, dtype) -> np.ndarray:
-    """One finite factor per head, (heads,) or (batch, heads); all ones when None."""
-    if head_mask is None:
-        return np.ones(n_heads, dtype=dtype)
-    head_mask = valid.real_array(head_mask, "head_mask").astype(dtype, copy=False)
-    if head_mask.shape not in ((n_heads,), (batch, n_heads)):
-        raise ValueError(
-            f"head_mask must have shape (heads,) = ({n_heads},) or (batch, heads) = "
-            f"({batch}, {n_heads}), got {head_mask.shape}"
-        )
-    valid.finite(head_mask, "head_mask")
-    return head_mask
-
-
 def mha_forward(
     x_q: np.ndarray,
     x_kv: np.ndarray,
@@ -130,60 +107,31 @@ def mha_forward(
     the scaled scores before the mask (ALiBi). Returns (output (batch, n_q, d), weights
     (batch, heads, n_q, n_k), cache); checks and errors are multi_head_attention's.
     """
-    x_q, x_kv, p, mask, _ = A.prepare_mha(x_q, x_kv, params, mask, causal=causal, batched_only=True)
-    h, dtype = p.n_heads, x_q.dtype
-    head_mask = _head_mask(head_mask, x_q.shape[0], h, dtype)
-    n_q, n_k = x_q.shape[1], x_kv.shape[1]
-    angles = None
-    if rope is not None:
-        if not isinstance(rope, RoPE):
-            raise ValueError(f"rope must be a lib.positions.RoPE, got {type(rope).__name__}")
-        valid.even(p.d_k, "d_k", "RoPE turns pairs of coordinates")
-        angles = rope.cos_sin(query_positions(n_q, n_k), p.d_k, dtype) + rope.cos_sin(
-            np.arange(n_k), p.d_k, dtype
-        )
-    bias_shape = None
-    if score_bias is not None:
-        bias_shape = np.shape(score_bias)
-        score_bias = _score_bias(score_bias, (x_q.shape[0], h, n_q, n_k))
-
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
-        q, k, v = A.heads_qkv(x_q, x_kv, p)  # (batch, heads, n, d_k) each
+    x_q, x_kv, p, mask, _ = valid.mha_inputs(x_q, x_kv, params, mask, causal, unbatched_ok=False)
+    bias_shape = None if score_bias is None else np.shape(score_bias)  # for its gradient
+    head_mask, score_bias, angles = _extras(x_q, x_kv, p, head_mask, rope, score_bias)
+    h = p.n_heads
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
+        q = A.split_heads(A.project(x_q, p.W_q, p.b_q), h)  # (batch, heads, n_q, d_k)
+        k = A.split_heads(A.project(x_kv, p.W_k, p.b_k), h)  # (batch, heads, n_k, d_k)
+        v = A.split_heads(A.project(x_kv, p.W_v, p.b_v), h)  # (batch, heads, n_k, d_k)
         q = q * (1.0 / math.sqrt(p.d_k))  # scaled before RoPE turns it, as backward expects
         if rope is not None:  # turn each pair of q's and k's coordinates by its angle
             q, k = rope.rotate(q, *angles[:2]), rope.rotate(k, *angles[2:])
         scores = q @ k.transpose(0, 1, 3, 2)  # (batch, heads, n_q, n_k)
         if score_bias is not None:
             scores += score_bias
-        fine = valid.all_finite(scores)  # before masking: an overflow anywhere is an error
-        if fine:
-            weights = A.masked_softmax(scores, mask)  # (batch, heads, n_q, n_k), in place
-            heads = weights @ v  # (batch, heads, n_q, d_k)
-            # (heads,) or (batch, heads) -> (..., heads, 1, 1): one factor per head
-            concat = A.merge_heads(heads * head_mask[..., None, None])  # (batch, n_q, d)
-            out = A.project(concat, p.W_o, p.b_o)  # (batch, n_q, d)
-    if not (fine and valid.all_finite(out)):
-        valid.mha_nonfinite(p, x_q, x_kv, scores_of=_positioned_scores(rope, angles, score_bias))
+        weights = A.masked_softmax(scores, mask)  # (batch, heads, n_q, n_k), in place
+        heads = weights @ v  # (batch, heads, n_q, d_k)
+        # (heads,) or (batch, heads) -> (..., heads, 1, 1): one factor per head
+        concat = A.merge_heads(heads * head_mask[..., None, None])  # (batch, n_q, d)
+        out = A.project(concat, p.W_o, p.b_o)  # (batch, n_q, d)
+    inputs = {"x_q": x_q, "x_kv": x_kv} | p.arrays()
+    valid.finite_output(out, inputs | ({} if score_bias is None else {"score_bias": score_bias}))
     cache = MHACache(
         p, x_q, x_kv, q, k, v, weights, heads, concat, head_mask, rope, angles, bias_shape
     )
     return out, weights, cache
-
-
-def _positioned_scores(rope, angles, score_bias):
-    """How :func:`lib._validate.mha_nonfinite` computes and names scores with positions."""
-    if rope is None and score_bias is None:
-        return None
-
-    def scores(q, k):
-        if rope is not None:
-            q, k = rope.rotate(q, *angles[:2]), rope.rotate(k, *angles[2:])
-        s = q @ k.swapaxes(-1, -2)
-        return s if score_bias is None else s + score_bias
-
-    what = valid.SCORES + (" turned by RoPE" if rope is not None else "")
-    what += " + score_bias" if score_bias is not None else ""
-    return what, scores, {} if score_bias is None else {"score_bias": score_bias}
 
 
 def mha_backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
@@ -236,12 +184,9 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
 
     # the projections; q carried the scale 1/sqrt(d_k)
     scale = 1.0 / math.sqrt(p.d_k)
-    if p.group > 1:  # k and v were repeated for each query head of a group: add up
-        d_k = d_k.reshape(d_k.shape[0], p.n_kv_heads, p.group, *d_k.shape[2:]).sum(axis=2)
-        d_v = d_v.reshape(d_v.shape[0], p.n_kv_heads, p.group, *d_v.shape[2:]).sum(axis=2)
     d_qp = A.merge_heads(d_q) * scale  # (batch, n_q, d)
-    d_kp = A.merge_heads(d_k)  # (batch, n_k, kv * d_k)
-    d_vp = A.merge_heads(d_v)  # (batch, n_k, kv * d_k)
+    d_kp = A.merge_heads(d_k)  # (batch, n_k, d)
+    d_vp = A.merge_heads(d_v)  # (batch, n_k, d)
     for name, x, d in (("q", cache.x_q, d_qp), ("k", cache.x_kv, d_kp), ("v", cache.x_kv, d_vp)):
         grads["W_" + name] = weight_gradient(x, d)
         if getattr(p, "b_" + name) is not None:
@@ -258,3 +203,34 @@ def _sum_to_shape(d: np.ndarray, shape: tuple) -> np.ndarray:
     d = d.sum(axis=tuple(range(lead))) if lead else d
     axes = tuple(i for i, size in enumerate(shape) if size == 1 and d.shape[i] != 1)
     return d.sum(axis=axes, keepdims=True) if axes else d
+
+
+def _extras(x_q, x_kv, p, head_mask, rope, score_bias):
+    """mha_forward's additions, checked: the head mask (one finite factor per head, (heads,)
+    or (batch, heads); all ones when None), the score bias (real, finite, broadcasting to
+    (batch, heads, n_q, n_k) without growing it; given four axes) and RoPE's angles
+    (cos_q, sin_q, cos_k, sin_k) for the queries' and keys' positions."""
+    (batch, n_q, _), n_k, h, dtype = x_q.shape, x_kv.shape[1], p.n_heads, x_q.dtype
+    if head_mask is None:
+        head_mask = np.ones(h, dtype=dtype)
+    head_mask = valid.real_array(head_mask, "head_mask").astype(dtype, copy=False)
+    if head_mask.shape not in ((h,), (batch, h)):
+        raise ValueError(
+            f"head_mask must have shape (heads,) = ({h},) or (batch, heads) = ({batch}, {h}), "
+            f"got {head_mask.shape}"
+        )
+    valid.finite(head_mask, "head_mask")
+    if score_bias is not None:
+        score_bias = valid.real_array(score_bias, "score_bias")
+        scores = (batch, h, n_q, n_k)
+        valid.fits_scores(score_bias.shape, "score_bias", scores, "(batch, heads, n_q, n_k)")
+        valid.finite(score_bias, "score_bias")
+        score_bias = score_bias.reshape((1,) * (4 - score_bias.ndim) + score_bias.shape)
+    angles = None
+    if rope is not None:
+        if not isinstance(rope, RoPE):
+            raise ValueError(f"rope must be a lib.positions.RoPE, got {type(rope).__name__}")
+        valid.even(p.d_k, "d_k", "RoPE turns pairs of coordinates")
+        queries, keys = query_positions(n_q, n_k), np.arange(n_k)
+        angles = rope.cos_sin(queries, p.d_k, dtype) + rope.cos_sin(keys, p.d_k, dtype)
+    return head_mask, score_bias, angles

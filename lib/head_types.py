@@ -1,10 +1,9 @@
 """What the heads of a pretrained model do, measured over padded batches (notebook 07).
 
 The functions take attention weights (..., batch, heads, n_q, n_k), e.g. the (layers, batch,
-heads, n, n) stack of :func:`lib.bert.bert_forward`, and the batch's ``attention_mask``
-(batch, n), True for real tokens; padded queries are left out of every average. A *head-type
-score* is the mean weight a head's queries put on a set of target keys (the previous token,
-[CLS], punctuation...: :func:`target_masks`, :func:`offset_masks`), in [0, 1].
+heads, n, n) of :func:`lib.bert.bert_forward`, and the batch's ``attention_mask`` (batch, n),
+True for real tokens: padded queries are left out of every average. A *head-type score*, in
+[0, 1], is the mean weight a head's queries put on a set of target keys (:func:`target_masks`).
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ HEAD_TYPES = ("previous", "next", "self", "[CLS]", "[SEP]", "punctuation")
 
 
 def load_probe_sentences() -> dict:
-    """The course's probe sentences: {"sentences": [str], "coreference": [dicts with text,
-    pronoun, antecedent, distractor, cue]}."""
+    """{"sentences": [str], "coreference": [{text, pronoun, antecedent, distractor, cue}]}."""
     return json.loads(PROBE_SENTENCES.read_text(encoding="utf-8"))
 
 
@@ -43,25 +41,20 @@ def _check(weights, attention_mask) -> tuple[np.ndarray, np.ndarray]:
     return weights, mask
 
 
-def target_masks(
-    tokens: Sequence[Sequence[str]], n: int
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def target_masks(tokens: Sequence[Sequence[str]], n: int) -> dict:
     """For each head type: (targets (batch, n_q, n_k), queries (batch, n_q)), both boolean:
-    targets[b, i, j] when key j is that type's target for query i of sentence b; queries:
-    the real queries that have such a key. ``tokens``: each sentence's [CLS] ... [SEP].
-    """
-    batch = len(tokens)
+    whether key j is that type's target for query i of sentence b, and which real queries
+    have such a key. ``tokens``: each sentence's [CLS] ... [SEP]."""
     lengths = np.array([len(t) for t in tokens])
-    if batch == 0 or lengths.min() < 2 or lengths.max() > n:
+    if len(tokens) == 0 or lengths.min() < 2 or lengths.max() > n:
         raise ValueError(f"each sentence needs 2..n={n} tokens ([CLS] ... [SEP]), got {lengths}")
     i = np.arange(n)
     real = i[None, :] < lengths[:, None]  # (batch, n)
     pair = real[:, :, None] & real[:, None, :]  # (batch, n_q, n_k): both real
-    out = {"previous": offset_masks(real, -1), "next": offset_masks(real, +1)}
-    out["self"] = (pair & np.eye(n, dtype=bool)[None], real)
+    out = {name: offset_masks(real, o) for name, o in (("previous", -1), ("next", 1), ("self", 0))}
     out["[CLS]"] = (pair & (i == 0)[None, None, :], real)
     out["[SEP]"] = (pair & (i[None, None, :] == lengths[:, None, None] - 1), real)
-    punct = np.zeros((batch, n), dtype=bool)
+    punct = np.zeros((len(tokens), n), dtype=bool)
     for b, toks in enumerate(tokens):
         punct[b, : len(toks)] = [t in PUNCTUATION for t in toks]
     out["punctuation"] = (pair & punct[:, None, :], real & punct.any(axis=1)[:, None])
@@ -69,9 +62,8 @@ def target_masks(
 
 
 def offset_masks(attention_mask, offset: int) -> tuple[np.ndarray, np.ndarray]:
-    """(targets (batch, n_q, n_k), queries (batch, n_q)) for "the token ``offset`` places
-    away", key i + offset, among real tokens only (nothing wraps around); offsets -1 and +1
-    give :func:`target_masks`' "previous" and "next" from the mask alone."""
+    """(targets, queries) as in :func:`target_masks` for the key ``offset`` places from each
+    query, among real tokens only (nothing wraps around): -1 is "previous", +1 "next"."""
     mask = np.asarray(attention_mask)
     if mask.ndim != 2 or not (mask.dtype == bool or np.isin(mask, (0, 1)).all()):
         raise ValueError(
@@ -87,11 +79,8 @@ def offset_masks(attention_mask, offset: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def target_score(weights, targets, queries) -> np.ndarray:
-    """Mean weight on the target keys, over the batch and the chosen queries: (..., heads).
-
-    weights: (..., batch, heads, n_q, n_k); targets: (batch, n_q, n_k) bool;
-    queries: (batch, n_q) bool, the queries to average over.
-    """
+    """Mean weight on the target keys (batch, n_q, n_k) over the chosen queries (batch, n_q),
+    both boolean: (..., heads) from weights (..., batch, heads, n_q, n_k)."""
     weights = np.asarray(weights)
     targets = np.asarray(targets, dtype=bool)
     queries = np.asarray(queries, dtype=bool)
@@ -109,10 +98,8 @@ def target_score(weights, targets, queries) -> np.ndarray:
 
 
 def normalised_entropy(weights, attention_mask) -> np.ndarray:
-    """Mean over real queries of entropy / log(sentence length): (..., heads).
-
-    0: every query looks at one key; 1: every query spreads evenly over its sentence.
-    """
+    """Mean over real queries of entropy / log(sentence length): (..., heads); 0: every
+    query looks at one key, 1: every query spreads evenly over its sentence."""
     weights, mask = _check(weights, attention_mask)
     allowed = mask[:, None, :, None] & mask[:, None, None, :]  # (batch, 1, n_q, n_k)
     flat = weights.reshape((-1,) + weights.shape[-4:])  # leading axes (e.g. layers) in one
@@ -121,32 +108,23 @@ def normalised_entropy(weights, attention_mask) -> np.ndarray:
 
 
 def head_type_scores(attentions, attention_mask, tokens) -> dict[str, np.ndarray]:
-    """Every head-type score and the normalised entropy, each (..., heads).
-
-    A type with no query in the batch (no sentence has punctuation, say) scores NaN.
-    """
+    """Every head-type score and the normalised entropy, each (..., heads). A type with no
+    query in the batch (no sentence has punctuation, say) scores NaN."""
     weights, mask = _check(attentions, attention_mask)
-    heads_shape = weights.shape[:-4] + weights.shape[-3:-2]
+    nan = np.full(weights.shape[:-4] + weights.shape[-3:-2], np.nan)  # (..., heads)
     scores = {}
     for name, (targets, queries) in target_masks(tokens, mask.shape[1]).items():
-        if queries.any():
-            scores[name] = target_score(weights, targets, queries)
-        else:
-            scores[name] = np.full(heads_shape, np.nan)
+        scores[name] = target_score(weights, targets, queries) if queries.any() else nan.copy()
     scores["entropy"] = normalised_entropy(weights, mask)
     return scores
 
 
-def classify_heads(
-    scores: dict[str, np.ndarray], threshold: float = 0.5, broad: float = 0.75
-) -> np.ndarray:
+def classify_heads(scores: dict, threshold: float = 0.5, broad: float = 0.75) -> np.ndarray:
     """A label per head: the head type with the largest score if it is at least
-    ``threshold``; else "broad" if the normalised entropy is at least ``broad``; else "mixed".
-    """
+    ``threshold``; else "broad" if the normalised entropy is at least ``broad``; else "mixed"."""
     stacked = np.stack([scores[name] for name in HEAD_TYPES])  # (types, ...)
     stacked = np.nan_to_num(stacked, nan=0.0)  # an undefined score never wins
-    best = stacked.argmax(axis=0)
-    labels = np.array(HEAD_TYPES, dtype=object)[best]
+    labels = np.array(HEAD_TYPES, dtype=object)[stacked.argmax(axis=0)]
     labels = np.where(stacked.max(axis=0) >= threshold, labels, "mixed")
     labels = np.where((labels == "mixed") & (scores["entropy"] >= broad), "broad", labels)
     return labels.astype(str)
@@ -171,18 +149,15 @@ def coreference_wins(attentions, pronoun, antecedent, distractor) -> np.ndarray:
     distractor: (..., batch, heads) from attentions (..., batch, heads, n, n) and three
     (batch,) token positions."""
     weights = np.asarray(attentions)
-    idx = [np.asarray(a, dtype=int) for a in (pronoun, antecedent, distractor)]
-    batch = weights.shape[-4] if weights.ndim >= 4 else None
-    if batch is None or any(a.shape != (batch,) for a in idx):
+    p, a, d = (np.asarray(i, dtype=int) for i in (pronoun, antecedent, distractor))
+    if weights.ndim < 4 or any(i.shape != weights.shape[-4:-3] for i in (p, a, d)):
         raise ValueError(
             f"expected weights (..., batch, heads, n, n) and three (batch,) index arrays, got "
-            f"{weights.shape} and {[a.shape for a in idx]}"
+            f"{weights.shape} and {[i.shape for i in (p, a, d)]}"
         )
-    b = np.arange(batch)
+    b = np.arange(weights.shape[-4])
     w = np.moveaxis(weights, -3, -1)  # (..., batch, n_q, n_k, heads)
-    to_antecedent = w[..., b, idx[0], idx[1], :]  # (..., batch, heads)
-    to_distractor = w[..., b, idx[0], idx[2], :]
-    return to_antecedent > to_distractor
+    return w[..., b, p, a, :] > w[..., b, p, d, :]  # (..., batch, heads)
 
 
 def coreference_accuracy(attentions, pronoun, antecedent, distractor) -> np.ndarray:

@@ -1,36 +1,21 @@
-"""Figures of attention heads, and the course's one theme (notebook 04 on).
-
-:func:`use_course_theme` gives every figure seaborn's look at :data:`FIGURE_DPI`, with no
-text under :data:`SMALLEST_FONT_PT`. Heatmaps use ``imshow``: seaborn's ``heatmap`` redraws
-the whole figure for every panel, which made an 8-head grid take seconds.
-
-:func:`show` ends every cell that draws: it shows the figure with its *alt text*, the sentence
-that says what the figure shows, for readers who cannot see it (the website puts it in the
-image's ``alt``; tests/notebooks/test_figure_alt.py checks that every stored figure has one
-that says what it shows, by the rule of ``tools/figure_alt.py``).
-"""
-
-from __future__ import annotations
+"""Figures of attention heads, the course's one theme, and :func:`show`, which every cell
+that draws ends with. Heatmaps use ``imshow``: seaborn's ``heatmap`` is slow on grids of heads."""
 
 import math
-from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 from IPython.display import display
 
-FIGURE_DPI = 100
-"""Pixels per inch of every figure shown (matplotlib's default for notebooks is 72)."""
-
-SMALLEST_FONT_PT = 7
-"""No text in a course figure is smaller: 7 pt at 100 dpi is 9.7 px."""
+FIGURE_DPI = 100  # pixels per inch of every figure shown (matplotlib's default for notebooks: 72)
+SMALLEST_FONT_PT = 7  # no text in a course figure is smaller: 7 pt at 100 dpi is 9.7 px
+_ARROW = {"arrowstyle": "-|>", "color": "0.3"}  # the diagrams' arrows: grey, a filled head
 
 
 def show(fig, *, alt: str) -> None:
-    """Show ``fig`` under the cell, with ``alt``: what the figure shows (its finding, not
-    "a figure"), stored with the image in the notebook and carried into the site's ``alt``.
-    Closes the figure, so that the notebook does not show it a second time."""
+    """Show ``fig`` under the cell with its alt text ``alt``: what it shows (its finding, not
+    "a figure"), for readers who cannot see it; then close it, so that it is not shown twice."""
     if not isinstance(alt, str) or not alt.strip():
         raise ValueError("show(fig, alt=...) needs a sentence saying what the figure shows")
     display(fig, metadata={"image/png": {"alt": alt}})
@@ -38,38 +23,27 @@ def show(fig, *, alt: str) -> None:
 
 
 def use_course_theme() -> None:
-    """Set the course's theme: seaborn's ``whitegrid`` style, colour-blind-safe palette,
-    fonts sized for figures of 6-10 inches at :data:`FIGURE_DPI`."""
-    sns.set_theme(
-        context="notebook",
-        style="whitegrid",
-        palette="colorblind",
-        font_scale=0.8,
-        rc={"figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI, "axes.titlesize": 10},
-    )
+    """Seaborn's whitegrid style and colour-blind palette, text legible at :data:`FIGURE_DPI`."""
+    rc = {"figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI, "axes.titlesize": 10}
+    sns.set_theme(style="whitegrid", palette="colorblind", font_scale=0.8, rc=rc)
 
 
-def plot_attention(weights, labels: Sequence[str], ax=None, title=None, annotate=False, cbar=True):
-    """Heatmap of one head's self-attention weights (n, n): rows are queries, columns keys,
-    both labelled by the n tokens' ``labels``."""
+def plot_attention(weights, labels, ax=None, title=None, annotate=False, cbar=True):
+    """One head's weights (n, n) as a heatmap: query rows, key columns, labelled by ``labels``."""
     weights = np.asarray(weights)
     if weights.shape != (len(labels), len(labels)):
         raise ValueError(f"weights of shape {weights.shape} do not match {len(labels)} labels")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(3.6, 3.2))
+    ax = ax or plt.subplots(figsize=(3.6, 3.2))[1]
     _heatmap(ax, weights, cmap="Blues", annotate=annotate, cbar=cbar)
-    ax.set_xticks(np.arange(len(labels)), labels=list(labels))
-    ax.set_yticks(np.arange(len(labels)), labels=list(labels))
-    ax.set_xlabel("key (attended to)")
-    ax.set_ylabel("query")
-    ax.tick_params(axis="x", labelrotation=90, labelsize=SMALLEST_FONT_PT + 1)
-    ax.tick_params(axis="y", labelrotation=0, labelsize=SMALLEST_FONT_PT + 1)
-    if title:
-        ax.set_title(title, fontsize=9)
+    ticks = np.arange(len(labels))
+    ax.set_xticks(ticks, labels, rotation=90, fontsize=SMALLEST_FONT_PT + 1)
+    ax.set_yticks(ticks, labels, fontsize=SMALLEST_FONT_PT + 1)
+    ax.set(xlabel="key (attended to)", ylabel="query")
+    ax.set_title(title, fontsize=9)
     return ax
 
 
-def plot_heads(weights, labels: Sequence[str], ncols=4, title=None, head_titles=None, size=2.4):
+def plot_heads(weights, labels, ncols=4, title=None, head_titles=None, size=2.4):
     """A grid with one heatmap per head: weights (heads, n_q, n_k), all on one colour scale
     from 0 to 1, shown by one colour bar beside the grid. Returns the figure."""
     weights = np.asarray(weights)
@@ -80,18 +54,16 @@ def plot_heads(weights, labels: Sequence[str], ncols=4, title=None, head_titles=
     nrows = math.ceil(n_heads / ncols)
     figsize = (size * ncols + 0.8, size * nrows)  # 0.8 inch more for the colour bar
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
-    for h, ax in enumerate(axes.flat):
-        if h >= n_heads:
-            ax.set_visible(False)
-            continue
+    for ax in axes.flat[n_heads:]:
+        ax.set_visible(False)
+    for h, ax in enumerate(axes.flat[:n_heads]):
         title_h = head_titles[h] if head_titles else f"head {h}"
         plot_attention(weights[h], labels, ax=ax, cbar=False, title=title_h)
-        if h % ncols:
+        if h % ncols:  # axis labels on the left column and the bottom row only
             ax.set_ylabel("")
         if h < n_heads - ncols:
             ax.set_xlabel("")
-    scale = axes.flat[0].images[0]  # every panel maps 0..1 to the same colours
-    fig.colorbar(scale, ax=axes, shrink=0.8, label="attention weight")
+    fig.colorbar(axes.flat[0].images[0], ax=axes, shrink=0.8, label="attention weight")
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -99,31 +71,23 @@ def plot_heads(weights, labels: Sequence[str], ncols=4, title=None, head_titles=
 
 def plot_head_entropy(entropy, max_entropy=None, ax=None, title=None, ylabel="mean entropy (nats)"):
     """Bar chart of each head's mean attention entropy (nats); optional uniform line."""
-    entropy = np.asarray(entropy)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(4, 2.6))
-    ax.bar(np.arange(len(entropy)), entropy, color="tab:blue")
+    heads = np.arange(len(entropy))
+    ax = ax or plt.subplots(figsize=(4, 2.6))[1]
+    ax.bar(heads, entropy, color="tab:blue")
     if max_entropy is not None:
         ax.axhline(max_entropy, color="grey", linestyle="--", label="uniform attention")
         ax.legend(loc="lower right")
-    ax.set_xticks(np.arange(len(entropy)))
-    ax.set_xlabel("head")
-    ax.set_ylabel(ylabel)
+    ax.set(xticks=heads, xlabel="head", ylabel=ylabel)
     ax.set_title(title or "Attention entropy per head", fontsize=9)
     return ax
 
 
 def plot_head_similarity(similarity, ax=None, title=None):
     """Heatmap of the (heads, heads) cosine similarity between heads' patterns."""
-    similarity = np.asarray(similarity)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(3.4, 3))
-    _heatmap(ax, similarity, cmap="magma_r", annotate=similarity.shape[0] <= 8)
-    ticks = np.arange(similarity.shape[0])
-    ax.set_xticks(ticks)
-    ax.set_yticks(ticks)
-    ax.set_xlabel("head")
-    ax.set_ylabel("head")
+    heads = np.arange(len(similarity))
+    ax = ax or plt.subplots(figsize=(3.4, 3))[1]
+    _heatmap(ax, similarity, cmap="magma_r", annotate=len(similarity) <= 8)
+    ax.set(xticks=heads, yticks=heads, xlabel="head", ylabel="head")
     ax.set_title(title or "Head-to-head similarity (cosine)", fontsize=9)
     return ax
 
@@ -141,10 +105,9 @@ def _heatmap(ax, values, cmap: str, annotate: bool, cbar: bool = True) -> None:
 
 
 def plot_attention_flow(n="n", d_model="d_model", d_k="d_k"):
-    """One attention head as a block diagram, every matrix with its shape: X times W_Q, W_K and
-    W_V gives Q, K and V; the scores Q K^T / sqrt(d_k) go through a softmax, row by row; the
-    weights then average the rows of V. Steps are blue, matrices white. Returns the figure."""
-    matrix, step = {"fc": "white", "ec": "0.2"}, {"fc": "#d6e6f5", "ec": "#1f5f99"}
+    """One attention head as a block diagram, every matrix with its shape. Returns the figure."""
+    matrix = {"boxstyle": "round,pad=0.5", "fc": "white", "ec": "0.2"}
+    step = {"boxstyle": "round,pad=0.5", "fc": "#d6e6f5", "ec": "#1f5f99"}
     boxes = {  # name: (x, y, text, style)
         "X": (0, 1, f"X\n({n}, {d_model})", matrix),
         "W_Q": (1.6, 2, f"$\\times\\ W_Q$\n({d_model}, {d_k})", step),
@@ -158,39 +121,33 @@ def plot_attention_flow(n="n", d_model="d_model", d_k="d_k"):
         "weights": (8, 1.5, f"weights\n({n}, {n})", matrix),
         "output": (8, 0, f"output\nweights V\n({n}, {d_k})", matrix),
     }
-    fig, ax = plt.subplots(figsize=(9, 2.9))
-    fig.subplots_adjust(left=0, right=1, bottom=0, top=1)
-    ax.set(xlim=(-0.6, 8.6), ylim=(-0.55, 2.45))
+    fig = plt.figure(figsize=(9, 2.9))
+    ax = fig.add_axes((0, 0, 1, 1), xlim=(-0.6, 8.6), ylim=(-0.55, 2.45))  # the whole figure
     ax.axis("off")
     text = {}
     for name, (x, y, label, style) in boxes.items():
-        box = {"boxstyle": "round,pad=0.5", **style}
-        text[name] = ax.text(x, y, label, ha="center", va="center", fontsize=9, bbox=box)
+        text[name] = ax.text(x, y, label, ha="center", va="center", fontsize=9, bbox=style)
     arrows = "X>W_Q X>W_K X>W_V W_Q>Q W_K>K W_V>V Q>scores K>scores scores>softmax"
     for arrow in (arrows + " softmax>weights weights>output V>output").split():
         a, b = (text[name] for name in arrow.split(">"))  # "a>b": from box a to box b
-        line = {"arrowstyle": "-|>", "color": "0.3"}
         ends = {"patchA": a.get_bbox_patch(), "patchB": b.get_bbox_patch()}
         centres = {"xy": (0.5, 0.5), "xycoords": b, "xytext": (0.5, 0.5), "textcoords": a}
-        ax.annotate("", **centres, arrowprops=line | ends)
+        ax.annotate("", **centres, arrowprops=_ARROW | ends)
     return fig
 
 
 def plot_head_split(seq: int, d_model: int, n_heads: int):
-    """Multi-head attention's head split, drawn to scale, one square per number: x @ W_Q
-    gives Q (seq, d_model), whose column blocks are the heads' queries Q_h (seq, d_k); each
-    head attends on its own (K and V are split like Q); the heads' outputs side by side are
-    the concat (seq, heads * d_k), and @ W_O gives the output (seq, d_model). One colour per
-    head; the output is grey, since each of its features mixes every head. Returns the figure."""
+    """Multi-head attention's head split, to scale (a square per number). Returns the figure."""
     d_k = d_model // n_heads
     colours = sns.color_palette("colorblind", n_heads)
     gap, box, pitch = 8, 15, seq + 5  # squares between columns; attention box; head to head
     top = [(n_heads - 1 - h) * pitch + seq for h in range(n_heads)]  # each head's top edge
     middle = top[0] / 2  # the one-matrix columns are centred on the stack of heads
-    width = 4 * d_model + 2 * d_k + box + 6 * gap
-    fig, ax = plt.subplots(figsize=(10, 10 * (top[0] + 9) / (width + 8)))
-    fig.subplots_adjust(left=0, right=1, bottom=0, top=1)
-    ax.set(xlim=(-4, width + 4), ylim=(-5, top[0] + 4), aspect="equal")
+    widths = (d_model, d_model, d_k, box, d_k, d_model)  # x, Q, Q_h, attention, head_h, concat
+    x0, x1, x2, x3, x4, x5, x6 = np.cumsum([0] + [w + gap for w in widths])  # left edges
+    width = x6 + d_model
+    fig = plt.figure(figsize=(10, 10 * (top[0] + 9) / (width + 8)))
+    ax = fig.add_axes((0, 0, 1, 1), xlim=(-4, width + 4), ylim=(-5, top[0] + 4), aspect="equal")
     ax.axis("off")
 
     def matrix(x, y, colour_of_each_column, name, shape=""):  # (x, y): the top-left corner
@@ -203,13 +160,10 @@ def plot_head_split(seq: int, d_model: int, n_heads: int):
         ax.text(centre, y - seq - 0.5, shape, ha="center", va="top", fontsize=8)
 
     def arrow(x0, y0, x1, y1, label=""):
-        line = {"arrowstyle": "-|>", "color": "0.3"}
-        ax.annotate("", (x1 - 0.6, y1), (x0 + 0.6, y0), arrowprops=line)
+        ax.annotate("", (x1 - 0.6, y1), (x0 + 0.6, y0), arrowprops=_ARROW)
         ax.text((x0 + x1) / 2, max(y0, y1) + 0.4, label, ha="center", va="bottom", fontsize=8)
 
     grey, per_column = ["0.75"] * d_model, [c for c in colours for _ in range(d_k)]
-    widths = (d_model, d_model, d_k, box, d_k, d_model)  # x, Q, Q_h, attention, head_h, concat
-    x0, x1, x2, x3, x4, x5, x6 = np.cumsum([0] + [w + gap for w in widths])  # left edges
     full = f"(seq, d_model)\n= ({seq}, {d_model})"
     matrix(x0, middle + seq / 2, grey, "x", full)
     arrow(x0 + d_model, middle, x1, middle, "@ $W_Q$")
@@ -230,8 +184,7 @@ def plot_head_split(seq: int, d_model: int, n_heads: int):
     for x in (x2, x4):
         each = f"(seq, d_k) each\n= ({seq}, {d_k})"
         ax.text(x + d_k / 2, -0.5, each, ha="center", va="top", fontsize=8)
-    joined = f"(seq, heads * d_k)\n= ({seq}, {d_model})"
-    matrix(x5, middle + seq / 2, per_column, "concat", joined)
+    matrix(x5, middle + seq / 2, per_column, "concat", f"(seq, heads * d_k)\n= ({seq}, {d_model})")
     arrow(x5 + d_model, middle, x6, middle, "@ $W_O$")
     matrix(x6, middle + seq / 2, grey, "output\n(heads mixed)", full)
     return fig

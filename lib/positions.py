@@ -1,40 +1,26 @@
 """Where word order comes from: the position schemes of attention (notebook 09).
 
 Attention by itself ignores order: permute the keys and values and each query's output is
-unchanged (without a mask, permuting the queries permutes the outputs the same way). A
-model learns order only from what its positions add. Four ways, and the tiny model of
-:mod:`lib.tiny` takes each of them (``positions=``):
+unchanged. A model learns order only from its positions; the tiny model of :mod:`lib.tiny`
+takes each of these schemes (``positions=``):
 
-- **learned** absolute positions (notebooks 05-06): a table of vectors, one row per position,
-  added to the token embeddings; trained like any weight; no row beyond the table's length.
+- **learned**: a trained table of vectors, one row per position, added to the token embeddings.
 - **sinusoidal** (Vaswani et al., 2017): a fixed table of sines and cosines, added the same
-  way (:func:`sinusoidal_table`). Moving every position by ``k`` is one linear map:
-  ``PE[p + k] = PE[p] @ R_k`` for every ``p`` (:func:`sinusoidal_shift`).
-- **RoPE**, rotary position embedding (Su et al., 2021): nothing is added to the tokens;
-  each head's query and key vectors are cut into pairs of coordinates, and pair ``i`` of a
-  vector at position ``p`` is rotated by the angle ``p theta_i``,
-  ``theta_i = base^(-2i / d_k)`` (:func:`rope_rotate`). Rotating both by their positions
-  makes ``q_m . k_n`` depend on the offset ``m - n`` only.
-- **ALiBi**, attention with linear biases (Press et al., 2022): nothing is added to the
-  vectors; each head ``h`` adds ``-m_h * distance`` to its scores, with fixed slopes ``m_h``
+  way (:func:`sinusoidal_table`); moving every position by ``k`` is one linear map,
+  ``PE[p + k] = PE[p] @ R_k`` (:func:`sinusoidal_shift`).
+- **RoPE** (Su et al., 2021): pair ``i`` of the coordinates of each query and key at position
+  ``p`` is rotated by ``p theta_i``, ``theta_i = base^(-2i / d_k)`` (:func:`rope_rotate`), so
+  that ``q_m . k_n`` depends on the offset ``m - n`` only.
+- **ALiBi** (Press et al., 2022): each head ``h`` adds ``-m_h * distance`` to its scores
   (:func:`alibi_slopes`, :func:`alibi_bias`).
 
-**RoPE's two layouts.** Which coordinates form a pair is a convention, and implementations
-differ:
-
-- ``"half"`` (the default): coordinate ``i`` pairs with ``i + d_k / 2``, so the first half of
-  the vector holds the pairs' first coordinates. This is GPT-NeoX's layout and Llama's in
-  Hugging Face ``transformers`` (its ``rotate_half``).
-- ``"interleaved"``: coordinate ``2i`` pairs with ``2i + 1``, neighbours, as in the RoPE
-  paper (written with complex numbers) and GPT-J (``rotate_every_two``).
-
-In both, pair ``i`` turns at ``theta_i``. The two are the same model up to a fixed permutation
-of the columns of W_q and W_k, but q and k must use the same one, and weights trained with
-one layout are wrong under the other.
+Which coordinates RoPE pairs is a convention (:data:`LAYOUTS`): ``"half"`` pairs ``i`` with
+``i + d_k / 2`` (GPT-NeoX; Llama in Hugging Face ``transformers``), ``"interleaved"`` pairs
+``2i`` with ``2i + 1`` (the RoPE paper, GPT-J). Both are the same model up to a permutation
+of the columns of W_q and W_k, but weights trained with one layout are wrong under the other.
 
 Positions count from 0. With ``n_q`` queries and ``n_k >= n_q`` keys, the queries are the last
-``n_q`` positions (``n_k - n_q, ..., n_k - 1``), the convention of
-:func:`lib.attention.causal_mask` (earlier keys cached).
+``n_q`` positions, as in :func:`lib.attention.causal_mask` (earlier keys cached).
 """
 
 from __future__ import annotations
@@ -54,43 +40,23 @@ LAYOUTS = ("half", "interleaved")
 """RoPE's pairings of coordinates: see the module's docstring."""
 
 BASE = 10000.0
-"""The frequency base of the sinusoidal table and of RoPE in both papers (any finite base
-> 1 is accepted: :func:`_base` says why)."""
+"""The frequency base of the sinusoidal table and of RoPE in both papers."""
 
 
-# --------------------------------------------------------------------------- checks
-
-
-def _base(value, name: str = "base") -> float:
-    """The base of the frequencies ``base^(-2i / d)`` of sinusoidal positions and RoPE: a finite
-    real number > 1 (not a bool), as a Python float.
-
-    Above 1 the frequencies fall from 1 radian per position towards 1 / base, and p times each
-    is finite for every integer position p. At 1 every pair would turn at the same speed (one
-    frequency repeated); below 1 faster than a radian per position, and without bound as the
-    base nears 0 (a subnormal base gives infinite frequencies, and NaN)."""
+def _base(value) -> float:
+    """The base of the frequencies ``base^(-2i / d)``, as a float: above 1 they fall from 1
+    radian per position towards 1 / base; at 1 every pair would turn alike, and below 1 they
+    grow without bound (a subnormal base gives infinite frequencies)."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{name} must be a number > 1, got {value!r} ({type(value).__name__})")
+        raise ValueError(f"base must be a number > 1, got {value!r} ({type(value).__name__})")
     if not (math.isfinite(value) and value > 1):
-        raise ValueError(
-            f"{name} must be a finite number > 1, got {value!r}: the frequencies "
-            f"{name}^(-2i / d) fall from 1 radian per position towards 1 / {name}"
-        )
+        raise ValueError(f"base must be a finite number > 1, got {value!r}")
     return float(value)
 
 
-def _token_positions(p, n: int, name: str = "positions") -> np.ndarray:
-    """Positions of ``n`` tokens: a 1-D array (or list) of ``n`` integers, any sign."""
-    p = valid.integers(p, name)
-    if p.shape[0] != n:
-        raise ValueError(f"{name} has {p.shape[0]} entries but there are {n} tokens (axis -2)")
-    return p
-
-
 def query_positions(n_q: int, n_k: int) -> np.ndarray:
-    """Positions of the n_q queries against keys at 0..n_k-1: ``n_k - n_q + i``, the last n_q
-    positions, as :func:`lib.attention.causal_mask` aligns them (with n_q > n_k the first
-    ones are negative: those queries see no key under a causal mask)."""
+    """Positions of the n_q queries against keys at 0..n_k-1: the last n_q, ``n_k - n_q + i``
+    (negative when n_q > n_k: those queries see no key under a causal mask)."""
     n_q = valid.integer(n_q, "n_q", low=0)
     n_k = valid.integer(n_k, "n_k", low=0)
     return np.arange(n_q) + (n_k - n_q)
@@ -100,15 +66,13 @@ def query_positions(n_q: int, n_k: int) -> np.ndarray:
 
 
 def frequencies(d: int, base: float = BASE) -> np.ndarray:
-    """The d / 2 angular frequencies ``base^(-2i / d)``, i = 0 .. d/2 - 1: from 1 radian per
-    position down to ``base^(-(d - 2) / d)``, near ``1 / base`` only for large d (float64)."""
+    """The d / 2 angular frequencies ``base^(-2i / d)``, i = 0 .. d/2 - 1 (float64)."""
     return base ** (-np.arange(0, d, 2) / d)
 
 
 def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64) -> np.ndarray:
     """Vaswani et al.'s table, (n, d_model): ``PE[p, 2i] = sin(p w_i)``,
-    ``PE[p, 2i + 1] = cos(p w_i)``, ``w_i = base^(-2i / d_model)`` (sin and cos interleaved,
-    as in the paper; d_model must be even)."""
+    ``PE[p, 2i + 1] = cos(p w_i)``, ``w_i = base^(-2i / d_model)``."""
     n = valid.integer(n, "n", low=0)
     d_model = valid.integer(d_model, "d_model", low=1)
     valid.even(d_model, "d_model", "sin and cos come in pairs")
@@ -122,12 +86,9 @@ def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64)
 
 
 def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:
-    """The (d_model, d_model) matrix R_k with ``PE[p + k] = PE[p] @ R_k`` for every p.
-
-    Block diagonal: for each frequency w_i, the 2 x 2 block on coordinates (2i, 2i + 1) is
-    ``[[cos(k w_i), -sin(k w_i)], [sin(k w_i), cos(k w_i)]]`` (the angle-addition formulas,
-    written for row vectors). It does not depend on p: a shift of position is the same
-    linear map everywhere. R_{-k} is its transpose (and its inverse).
+    """The (d_model, d_model) matrix R_k with ``PE[p + k] = PE[p] @ R_k`` for every p: block
+    diagonal, the angle-addition formulas for each frequency w_i on coordinates (2i, 2i + 1).
+    It does not depend on p; R_{-k} is its transpose (and its inverse).
     """
     k = valid.integer(k, "k")
     d_model = valid.integer(d_model, "d_model", low=1)
@@ -147,8 +108,8 @@ def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RoPE:
-    """Rotary position embedding's settings: the frequency base and the layout of the pairs
-    (``"half"`` or ``"interleaved"``, see the module's docstring). Checked when built."""
+    """Rotary position embedding's settings, checked when built: the frequency base and the
+    layout of the pairs (:data:`LAYOUTS`)."""
 
     base: float = BASE
     layout: str = "half"
@@ -158,10 +119,8 @@ class RoPE:
         valid.one_of(self.layout, "layout", LAYOUTS)
 
     def cos_sin(self, positions: np.ndarray, d_k: int, dtype) -> tuple[np.ndarray, np.ndarray]:
-        """cos and sin of the angle by which each coordinate's pair turns, (n, d_k): entry
-        (p, j) is for the pair that coordinate j belongs to, at position p (angle
-        ``p theta_i``), laid out as the layout pairs the coordinates. Computed in float64,
-        returned in ``dtype``. Unchecked: callers check."""
+        """cos and sin of ``p theta_i``, (n, d_k): entry (p, j) for the pair that coordinate j
+        belongs to, at position p. Computed in float64, returned in ``dtype``; unchecked."""
         angles = np.asarray(positions, dtype=np.float64)[:, None] * frequencies(d_k, self.base)
         if self.layout == "half":  # pair i is coordinates (i, i + d_k/2)
             angles = np.concatenate([angles, angles], axis=-1)
@@ -170,10 +129,8 @@ class RoPE:
         return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
     def partners(self, d_k: int, dtype=np.float64) -> np.ndarray:
-        """The (d_k, d_k) matrix P such that ``x @ P`` holds, at each coordinate, its pair
-        partner with the sign of a quarter turn: (a, b) -> (-b, a) for every pair (a, b).
-        Half-split: ``[-x2, x1]`` (transformers' ``rotate_half``); interleaved:
-        ``[-x1, x0, -x3, x2, ...]`` (GPT-J's ``rotate_every_two``)."""
+        """The (d_k, d_k) matrix P with ``x @ P`` a quarter turn of every pair: (a, b) ->
+        (-b, a); transformers' ``rotate_half`` or GPT-J's ``rotate_every_two``."""
         P = np.zeros((d_k, d_k), dtype)
         i = np.arange(d_k // 2)
         first, second = (i, i + d_k // 2) if self.layout == "half" else (2 * i, 2 * i + 1)
@@ -182,10 +139,8 @@ class RoPE:
         return P
 
     def rotate(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-        """x (..., n, d_k) with every pair (a, b) of row p turned by its angle:
-        ``(a cos - b sin, b cos + a sin)``, i.e. ``x * cos + (x @ P) * sin`` with P from
-        :meth:`partners` and cos, sin from :meth:`cos_sin`. Pass ``-sin`` to turn back
-        (the transpose of a rotation is its inverse). Unchecked."""
+        """x (..., n, d_k) with every pair (a, b) turned: ``(a cos - b sin, b cos + a sin)``,
+        i.e. ``x * cos + (x @ P) * sin``. Pass ``-sin`` to turn back. Unchecked."""
         out = x @ self.partners(x.shape[-1], x.dtype)  # one small matrix product: faster
         out *= sin  # than slicing the halves of a strided view
         out += x * cos
@@ -193,19 +148,21 @@ class RoPE:
 
 
 def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.ndarray:
-    """RoPE: each pair of coordinates of the row of ``x`` at position p, turned by p theta_i.
+    """RoPE: each pair i of coordinates of the row of ``x`` at position p, turned by
+    ``p theta_i``, ``theta_i = base^(-2i / d_k)``.
 
-    x: (..., n, d_k) queries or keys of one or more heads, d_k even; positions: (n,)
-    integers, one per row. ``theta_i = base^(-2i / d_k)`` for pair i; ``layout`` says which
-    coordinates pair up (:data:`LAYOUTS`, see the module's docstring). Returns an array of
-    x's shape and dtype; lengths are kept (a rotation), so a pair whose length does not fit
-    the dtype raises ValueError. Turning by ``-positions`` undoes it.
+    x: (..., n, d_k) queries or keys, d_k even; positions: (n,) integers, one per row.
+    Returns x's shape and dtype; turning by ``-positions`` undoes it.
     """
     rope = RoPE(base, layout)
     x = valid.real_array(x, "x")
     valid.rank(x, "x", range(2, 33), "(..., n, d_k), with at least 2 axes")
     valid.even(x.shape[-1], "d_k", "RoPE turns pairs of coordinates")
-    positions = _token_positions(positions, x.shape[-2])
+    positions = valid.integers(positions, "positions")
+    if len(positions) != x.shape[-2]:
+        raise ValueError(
+            f"positions has {len(positions)} entries but there are {x.shape[-2]} tokens (axis -2)"
+        )
     valid.finite(x, "x")
     with np.errstate(over="ignore", invalid="ignore"):  # a turn keeps a pair's length,
         out = rope.rotate(x, *rope.cos_sin(positions, x.shape[-1], x.dtype))  # which may not fit
@@ -220,11 +177,9 @@ def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.nd
 def alibi_slopes(n_heads: int) -> np.ndarray:
     """ALiBi's fixed slope of every head, (n_heads,), largest first.
 
-    For n heads, n a power of two, the geometric sequence that starts at ``2^(-8/n)`` and
-    has that ratio: ``m_h = 2^(-8 (h + 1) / n)``, h = 0 .. n - 1 (Press et al., 2022,
-    section 3; 8 heads: 1/2, 1/4, ..., 1/256). For other n, as in the authors' code: the
-    slopes of the largest power of two below n, then every other slope of the sequence for
-    twice that power, as many as are missing.
+    For n a power of two, ``m_h = 2^(-8 (h + 1) / n)`` (8 heads: 1/2, 1/4, ..., 1/256). For
+    other n, as in the authors' code: the slopes of the largest power of two below n, then
+    every other slope of the sequence for twice that power, as many as are missing.
     """
     n_heads = valid.integer(n_heads, "n_heads", low=1)
     below = 2 ** int(math.floor(math.log2(n_heads)))
@@ -238,13 +193,10 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
 
 def alibi_bias(n_q: int, n_k: int, slopes) -> np.ndarray:
     """ALiBi's bias, (heads, n_q, n_k): ``-slopes[h] * |i - j|`` for the query at position i
-    and the key at position j, to add to each head's scaled scores.
+    (:func:`query_positions`) and the key at position j, to add to each head's scores.
 
-    The queries are the last n_q positions of the n_k keys (positions n_k - n_q + 0, 1, ...),
-    as in :func:`lib.attention.causal_mask`. A causal model sees only j <= i, where the bias
-    is ``-m (i - j)``: 0 on the query itself, ``-m`` one step back, and so on. The paper's
-    bias for keys after the query is not defined (it is causal); here it is the same
-    penalty on the distance, as bidirectional uses of ALiBi do.
+    The paper is causal (j <= i); keys after the query get the same penalty on the distance
+    here, as bidirectional uses of ALiBi do.
     """
     queries = query_positions(n_q, n_k)  # (n_q,), checking n_q and n_k
     slopes = valid.real_array(slopes, "slopes")

@@ -71,7 +71,8 @@ def prune_iteratively(
     accuracy on ``select_data`` or one head is left. Report the result on other data.
     Returns every accepted step, the unpruned model first; the last one's mask is the result.
     """
-    if score not in ("ablation", "gradient"):
+    scores = {"ablation": ablation_drops, "gradient": gradient_importance}
+    if score not in scores:
         raise ValueError(f'score must be "ablation" or "gradient", got {score!r}')
     if not 0 <= max_drop < 1:
         raise ValueError(f"max_drop must be in [0, 1), got {max_drop}")
@@ -79,10 +80,7 @@ def prune_iteratively(
     start = accuracy(model, *select_data, mask)
     steps = [PruningStep(None, mask.copy(), start)]
     while mask.sum() > 1:
-        if score == "ablation":
-            importance = ablation_drops(model, *select_data, mask)
-        else:
-            importance = gradient_importance(model, *select_data, mask)
+        importance = scores[score](model, *select_data, mask)
         alive = np.flatnonzero(mask)
         weakest = int(alive[np.argmin(importance[alive])])
         trial = mask.copy()

@@ -1,4 +1,4 @@
-"""A tiny trainable attention model in NumPy, its tasks and its optimiser (notebooks 05, 06, 09).
+"""A tiny trainable attention model in NumPy and its optimiser (notebooks 05, 06, 09, 10).
 
 Embeddings -> one causal multi-head attention layer -> a linear readout, at every position::
 
@@ -8,13 +8,9 @@ Embeddings -> one causal multi-head attention layer -> a linear readout, at ever
 
 No residual connection, no MLP, no LayerNorm: whatever the readout knows, the attention
 layer had to bring to that position. The parameters are a plain dict of arrays, so that the
-optimiser and the gradient check walk over them by name.
-
-Word order enters as ``positions=`` says, one of :data:`lib.positions.SCHEMES` (notebook 09):
-``"learned"``, the default, is ``pos_emb`` above, the only scheme with a longest sequence.
-
-Tasks give (ids, targets), targets -1 (:data:`IGNORE`) where nothing is to be predicted:
-those positions count neither in the loss nor in the accuracy.
+optimiser and the gradient check walk over them by name. Word order enters as
+``positions=`` says, one of :data:`lib.positions.SCHEMES` (notebook 09). The tasks it learns
+are in :mod:`lib.tasks`.
 """
 
 from __future__ import annotations
@@ -28,97 +24,20 @@ from . import _validate as valid
 from . import positions as POS
 from .attention import MHAParams, glorot
 from .backprop import mha_backward, mha_forward, weight_gradient
-
-IGNORE = -1  # target value of a position that is not scored
-
-# --------------------------------------------------------------------------- tasks
-
-
-def repeating_pattern_task(
-    n_seqs: int, seq_len: int, vocab_size: int, period: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Notebook 05's first task: a random pattern of ``period`` tokens, repeated.
-
-    The target at position i is the next token, x[i + 1] = x[i + 1 - period]. It can only
-    be known once the pattern has been seen, so positions i < period - 1 get target -1
-    (not scored). One head that looks ``period - 1`` tokens back solves it.
-    Returns ids (n_seqs, seq_len) and targets (n_seqs, seq_len), both int64.
-    """
-    _check_task_args(n_seqs, seq_len, vocab_size)
-    if not 1 <= period < seq_len:
-        raise ValueError(f"period must be in 1..seq_len-1 = 1..{seq_len - 1}, got {period}")
-    patterns = rng.integers(0, vocab_size, size=(n_seqs, period))
-    reps = math.ceil((seq_len + 1) / period)
-    full = np.tile(patterns, reps)[:, : seq_len + 1]  # (n_seqs, seq_len + 1)
-    ids, targets = full[:, :-1].copy(), full[:, 1:].copy()
-    targets[:, : period - 1] = IGNORE
-    return ids, targets
-
-
-def copy_offsets_task(
-    n_seqs: int, seq_len: int, vocab_size: int, offsets: tuple[int, ...], rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Random tokens; at position i, answer every x[i - o] for o in ``offsets``.
-
-    Each offset is its own answer ("slot"), read by its own readout: the model needs
-    all of them right at once. Positions i < max(offsets) have no answer and get -1.
-    Returns ids (n_seqs, seq_len) and targets (n_seqs, seq_len, len(offsets)), int64.
-    """
-    _check_task_args(n_seqs, seq_len, vocab_size)
-    offsets = tuple(int(o) for o in offsets)
-    in_range = all(1 <= o < seq_len for o in offsets)
-    if not offsets or not in_range or len(set(offsets)) != len(offsets):
-        raise ValueError(
-            f"offsets must be different numbers in 1..seq_len-1 = 1..{seq_len - 1}, got {offsets}"
-        )
-    ids = rng.integers(0, vocab_size, size=(n_seqs, seq_len))
-    targets = np.full((n_seqs, seq_len, len(offsets)), IGNORE, dtype=ids.dtype)
-    start = max(offsets)
-    for slot, o in enumerate(offsets):
-        targets[:, start:, slot] = ids[:, start - o : seq_len - o]
-    return ids, targets
-
-
-def last_marked_task(
-    n_seqs: int, seq_len: int, vocab_size: int, n_marked: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Random tokens; at position i, answer the most recent *marked* token at or before i.
-
-    The marked tokens are the last ``n_marked`` ids of the vocabulary; positions before the
-    first one get -1. The answer is found by what it is and by recency, never by a fixed
-    offset: notebook 09's second task. Returns ids and targets, both (n_seqs, seq_len), int64.
-    """
-    _check_task_args(n_seqs, seq_len, vocab_size)
-    n_marked = valid.integer(n_marked, "n_marked", low=1)
-    if n_marked >= vocab_size:
-        raise ValueError(
-            f"n_marked must be below vocab_size={vocab_size} (some tokens unmarked), got {n_marked}"
-        )
-    ids = rng.integers(0, vocab_size, size=(n_seqs, seq_len))
-    where = np.where(ids >= vocab_size - n_marked, np.arange(seq_len), -1)  # (n_seqs, seq_len)
-    last = np.maximum.accumulate(where, axis=1)  # position of the latest marked token so far
-    found = np.take_along_axis(ids, np.maximum(last, 0), axis=1)
-    return ids, np.where(last >= 0, found, IGNORE)
-
-
-def _check_task_args(n_seqs: int, seq_len: int, vocab_size: int) -> None:
-    valid.integer(n_seqs, "n_seqs", low=1)
-    valid.integer(seq_len, "seq_len", low=2)
-    valid.integer(vocab_size, "vocab_size", low=2)
-
+from .tasks import IGNORE
+from .tasks import copy_offsets_task as copy_offsets_task  # also T.<task>, as the notebooks
+from .tasks import last_marked_task as last_marked_task  # call them; they live in lib.tasks
+from .tasks import repeating_pattern_task as repeating_pattern_task
 
 # --------------------------------------------------------------------------- the model
 
 
 @dataclass
 class TinyModel:
-    """Embeddings -> causal multi-head attention -> linear readout (see the module's docstring).
-
-    params: tok_emb (vocab, d), pos_emb (max_len, d) (learned positions only), W_q W_k W_v W_o
-    (d, d), b_q b_k b_v b_o (d,), W_out (d, slots * classes), b_out (slots * classes,). The
-    readout gives ``n_slots`` answers per position (one for most tasks), each a choice among
-    the classes: logits have shape (batch, n, slots, classes).
-    """
+    """Embeddings -> causal multi-head attention -> linear readout. params: tok_emb (vocab,
+    d), pos_emb (max_len, d) (learned positions only), W_q W_k W_v W_o (d, d), b_q b_k b_v b_o
+    (d,), W_out (d, slots * classes), b_out (slots * classes,). The readout gives ``n_slots``
+    answers per position, each a choice among the classes: logits (batch, n, slots, classes)."""
 
     params: dict[str, np.ndarray]
     n_heads: int
@@ -244,12 +163,9 @@ def init_tiny_model(
     dtype=np.float64,
     positions: str = "learned",
 ) -> TinyModel:
-    """Embeddings N(0, 1); square weights Glorot-uniform; readout N(0, 1/d); biases 0.
-
-    ``max_len`` is the length of the learned table ``pos_emb``. The table is drawn whatever
-    the scheme ``positions`` (and kept only for ``"learned"``), so that with the same rng
-    every scheme starts from the same token embeddings and weights.
-    """
+    """Embeddings N(0, 1); square weights Glorot-uniform; readout N(0, 1/d); biases 0. The
+    learned table ``pos_emb`` (``max_len`` rows) is drawn whatever ``positions`` says (kept only
+    for "learned"), so that with one rng every scheme starts from the same other weights."""
     d_k = valid.heads(d_model, n_heads)
     counts = dict(vocab_size=vocab_size, max_len=max_len, n_classes=n_classes, n_slots=n_slots)
     for name, value in counts.items():
@@ -275,10 +191,8 @@ def init_tiny_model(
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
-    """Mean cross-entropy over the answers whose target is not -1, and dL/dlogits.
-
-    logits (..., classes); targets (...) ints in 0..classes-1, or -1 for "not scored".
-    """
+    """Mean cross-entropy over the answers whose target is not -1, and dL/dlogits. logits
+    (..., classes); targets (...) ints in 0..classes-1, or -1 for "not scored"."""
     logits = valid.real_array(logits, "logits")
     valid.finite(logits, "logits")
     targets = np.asarray(targets)
@@ -400,17 +314,12 @@ def position_experiment(
     lr: float = 0.02,
     n_eval: int = 128,
 ) -> list[dict]:
-    """Notebook 09's experiment: train the tiny model with each position scheme and seed,
-    the same budget for all, then measure its accuracy at the training length and beyond.
-
-    ``task(n_seqs, seq_len, rng) -> (ids, targets)`` makes data. ``rng =
-    np.random.default_rng(seed)`` draws the model (``max_len = max(test_lens)``: learned rows
-    past ``train_len`` exist but are never trained) and its ``n_steps`` batches of length
-    ``train_len``. The held-out sets, ``n_eval`` sequences per test length drawn with seed
-    1000 + length, are the same for every model; beyond ``train_len`` only the positions no model
-    was trained on are scored. Returns one record ``{"scheme", "seed", "length",
-    "accuracy"}`` per (scheme, seed, length), in that order of loops.
-    """
+    """Notebook 09's experiment: train the tiny model with each position scheme and seed
+    (``rng = default_rng(seed)`` draws the model and its ``n_steps`` batches of length
+    ``train_len``; ``task(n_seqs, seq_len, rng) -> (ids, targets)``), then measure its accuracy
+    at each test length on held-out sets shared by all models (seed 1000 + length), scoring
+    beyond ``train_len`` only the positions never trained on. One record {"scheme", "seed",
+    "length", "accuracy"} per (scheme, seed, length)."""
     valid.integer(n_steps, "n_steps", low=1)
     train_len = valid.integer(train_len, "train_len", low=2)
     for n in test_lens:

@@ -18,7 +18,7 @@ from . import attention as A
 def pack_in_proj(params: A.MHAParams) -> tuple[np.ndarray, np.ndarray | None]:
     """Our W_q, W_k, W_v (and biases) as torch's in_proj_weight (3 d_model, d_model) =
     [W_q | W_k | W_v]^T and in_proj_bias (3 d_model,) = [b_q, b_k, b_v] (None: no biases)."""
-    A.check_params(params)
+    valid.params(params)
     weight = np.concatenate([params.W_q, params.W_k, params.W_v], axis=1).T
     if not params.has_bias:
         return np.ascontiguousarray(weight), None
@@ -71,4 +71,4 @@ def from_torch_mha(module) -> A.MHAParams:
         b = module.in_proj_bias.detach().cpu().numpy()
         biases = [b[:d].copy(), b[d : 2 * d].copy(), b[2 * d :].copy()]
         biases.append(module.out_proj.bias.detach().cpu().numpy().copy())
-    return A.check_params(A.MHAParams(W_q, W_k, W_v, W_o, module.num_heads, *biases))
+    return valid.params(A.MHAParams(W_q, W_k, W_v, W_o, module.num_heads, *biases))

@@ -71,8 +71,10 @@ def rope_turn(x, positions, base, layout="interleaved"):
     d = x.shape[-1]
     angles = np.asarray(positions, dtype=float)[:, None] * base ** (-np.arange(0, d, 2) / d)
     c, s = np.cos(angles), np.sin(angles)
-    first, second = (slice(0, d, 2), slice(1, d, 2)) if layout == "interleaved" else (
-        slice(0, d // 2), slice(d // 2, d))  # fmt: skip
+    if layout == "interleaved":
+        first, second = slice(0, d, 2), slice(1, d, 2)
+    else:
+        first, second = slice(0, d // 2), slice(d // 2, d)
     out = np.empty_like(x)
     out[..., first] = x[..., first] * c - x[..., second] * s
     out[..., second] = x[..., second] * c + x[..., first] * s
@@ -81,7 +83,7 @@ def rope_turn(x, positions, base, layout="interleaved"):
 
 # --------------------------------------------------------------------------- lib's kernel sizes
 
-TINY_BLOCKS = dict(ROW_BLOCK_BYTES=5 * 3 * 8, CAUSAL_MIN_ROWS=1)
+TINY_BLOCKS = dict(ROW_BLOCK_BYTES=5 * 3 * 8)
 """Blocks of one or two query rows of a dozen keys (float64; float32: up to 3 rows): a score
 matrix of a dozen rows is cut into many blocks, each skipping the keys its rows cannot reach,
 as a long one is."""
@@ -89,8 +91,8 @@ as a long one is."""
 
 @contextlib.contextmanager
 def kernel_sizes(**sizes):
-    """Set lib.blockwise's block sizes (ROW_BLOCK_BYTES=..., CAUSAL_MIN_ROWS=...) for the
-    duration, so that a small problem is cut the way a long one is."""
+    """Set lib.blockwise's block sizes (e.g. ROW_BLOCK_BYTES=...) for the duration, so that a
+    small problem is cut the way a long one is."""
     from lib import blockwise as BW
 
     old = {name: getattr(BW, name) for name in sizes}

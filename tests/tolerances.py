@@ -167,8 +167,8 @@ def softmax_errors(dtype, s, v, ds=0.0, dv=0.0, errors=WORST):
       R.FUNCTION_DEPTH + 1 per rescaling; an exp that underflows is off by at most the
       smallest normal number;
     - outputs sum_j w_j v_j: the weights' and the values' errors, and n_k + 3 roundings on
-      sum_j w_j |v_j| (the sum, and v scaled down by its largest entry and back where the
-      unnormalised sum would overflow: lib.blockwise.weighted_means).
+      sum_j w_j |v_j| (the sum, and the division by the sum of exp when a kernel divides
+      after P @ V, as lib.blockwise does).
     """
     dtype = np.dtype(dtype)
     s = np.asarray(s, np.float64)
@@ -224,9 +224,19 @@ def weights_sum_tolerance(dtype, w_tol):
 
 
 def mha_errors(
-    dtype, x_q, x_kv, params, mask=None, *, dx_q=0.0, dx_kv=0.0, head_mask=None, rope=None,
-    score_bias=None, errors=WORST,
-):  # fmt: skip
+    dtype,
+    x_q,
+    x_kv,
+    params,
+    mask=None,
+    *,
+    dx_q=0.0,
+    dx_kv=0.0,
+    head_mask=None,
+    rope=None,
+    score_bias=None,
+    errors=WORST,
+):
     """(weights, their errors, output, its errors) of one computation, in ``dtype``, of
     multi-head attention (an MHAParams, grouped key/value heads or not) on x_q
     (..., n_q, d_model) and x_kv (..., n_k, d_model) known to within dx_q and dx_kv, with
@@ -250,8 +260,8 @@ def mha_errors(
         return np.swapaxes(t, -2, -3).reshape(t.shape[:-3] + (t.shape[-2], h * d_k))
 
     def project(x, dx, W, b, repeat=1):
-        return (np.repeat(heads(t), repeat, axis=-3)
-                for t in projection_errors(dtype, x, W, b, dx, errors))  # fmt: skip
+        value, error = projection_errors(dtype, x, W, b, dx, errors)
+        return np.repeat(heads(value), repeat, axis=-3), np.repeat(heads(error), repeat, axis=-3)
 
     q, dq = project(x_q, dx_q, params.W_q, params.b_q)
     k, dk = project(x_kv, dx_kv, params.W_k, params.b_k, group)

@@ -1,12 +1,6 @@
-"""``checks.show_solution("name")``: an exercise's reference answer, on purpose only.
-
-For self-learners: the student notebooks have no solutions (``make student`` replaces them
-with stubs), so the solved exercise cells travel with lib instead, in
-``lib/data/solutions.json`` (written by ``make student`` from the course's notebooks; a test
-keeps it current). Nothing shows them unless asked by name, after a warning.
-"""
-
-from __future__ import annotations
+"""``checks.show_solution("name")``: an exercise's reference answer, for self-learners who
+tried. The student notebooks have stubs instead, so the solved exercise cells travel with lib,
+in ``lib/data/solutions.json`` (written by ``make student``)."""
 
 import json
 from importlib import resources
@@ -21,15 +15,10 @@ WARNING = (
 
 
 class UnknownExercise(LookupError):
-    """No exercise of that name; the message lists the names there are. In IPython it shows
-    as its message, not a traceback (as ``CheckFailed`` does)."""
+    """No exercise of that name; the message (shown without a traceback) lists the names."""
 
     def _render_traceback_(self) -> list[str]:
         return [f"UnknownExercise: {self}"]
-
-
-def _exercises() -> list[dict]:
-    return json.loads(SOLUTIONS.read_text(encoding="utf-8"))["exercises"]
 
 
 def solution(name) -> dict:
@@ -37,7 +26,7 @@ def solution(name) -> dict:
     check's own name, e.g. "check_softmax"; or either function itself, as the check cell
     passes it): {"name", "notebook", "check", "source"}."""
     name = getattr(name, "__name__", name)
-    exercises = _exercises()
+    exercises = json.loads(SOLUTIONS.read_text(encoding="utf-8"))["exercises"]
     for exercise in exercises:
         if name in (exercise["name"], exercise["check"]):
             return exercise

@@ -1,7 +1,5 @@
-"""Checks of notebook 02 (attention with NumPy): the vectorised stable softmax, the causal
-mask of queries that come after cached keys (n_q <= n_k), and the padding mask."""
-
-from __future__ import annotations
+"""Checks of notebook 02 (attention with NumPy): the stable softmax, the causal mask of queries
+that come after cached keys (n_q <= n_k), and the padding mask."""
 
 from collections.abc import Callable, Sequence
 
@@ -15,17 +13,11 @@ from ._core import (
     close,
     diagnose,
     exercise,
+    expect_bool,
     expect_shape,
     passed,
-    same_array,
     same_unstable,
 )
-
-
-def _exp_normalise(shifted):
-    e = np.exp(shifted)
-    return e / e.sum(axis=-1, keepdims=True)
-
 
 # Rows where instability shows (see notebook 01's check): near +1000, near -1000, far apart
 # in three ways that tell a shift by the row's minimum, mean or first score from the right
@@ -49,48 +41,39 @@ def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     axis_hint = (
         np.exceptions.AxisError,
         lambda exc: (
-            f"{name} raised AxisError ({exc}): the input may have any number of "
-            "axes; take the softmax over the last one, axis=-1."
+            f"{name} raised AxisError ({exc}): the input may have any "
+            "number of axes; take the softmax over the last one, axis=-1."
         ),
     )
 
-    def run(arr):
+    def run(x):
         with np.errstate(all="ignore"):
-            got = as_array(call(softmax_fn, name, arr.copy(), hints=[axis_hint]), name)
-        expect_shape(got, arr.shape, name, "an output (the input's shape)")
+            got = as_array(call(softmax_fn, name, x, hints=[axis_hint]), name)
+        expect_shape(got, x.shape, name, "an output (the input's shape)")
         return got
 
+    def normalised(e, axis=-1):
+        return e / e.sum(axis=axis, keepdims=True)
+
     rng = np.random.default_rng(0)
-    for shape in ((3, 4, 5), (4, 7)):
-        x = rng.normal(size=shape)
+    for x in (rng.normal(size=(3, 4, 5)), rng.normal(size=(4, 7))):
         got = run(x)
         if close(got, A.softmax(x)):
             continue
         e = np.exp(x)
-        diagnose(
-            got,
-            [
-                (
-                    lambda e=e: e / e.sum(axis=-2, keepdims=True),
-                    f"{name}: your columns sum to 1 but your rows do not: normalise over the "
-                    "last axis (axis=-1).",
-                ),
-                (
-                    lambda e=e: e / e.sum(axis=0, keepdims=True),
-                    f"{name}: you normalised over axis 0; normalise over the last axis (axis=-1).",
-                ),
-                (
-                    lambda e=e: e / e.sum(),
-                    f"{name}: you divided by the sum of the whole array; divide each "
-                    "row by its own sum (axis=-1, keepdims=True).",
-                ),
-            ],
-        )
+        mistakes = {
+            "your columns sum to 1 but your rows do not: normalise "
+            "over the last axis (axis=-1).": normalised(e, -2),
+            "you normalised over axis 0; normalise over the last axis (axis=-1).": normalised(e, 0),
+            "you divided by the sum of the whole array; divide each "
+            "row by its own sum (axis=-1, keepdims=True).": e / e.sum(),
+        }
+        diagnose(got, name, mistakes)
         sums = got.sum(axis=-1)
         if not np.allclose(sums, 1.0):
             raise CheckFailed(
-                f"{name}: each row (last axis) should sum to 1; one sums to "
-                f"{sums.flat[np.argmax(np.abs(sums - 1))]:.4g}."
+                f"{name}: each row (last axis) should sum to 1; one "
+                f"sums to {sums.flat[np.argmax(np.abs(sums - 1))]:.4g}."
             )
         raise CheckFailed(f"{name}: rows sum to 1 but the values are wrong.")
 
@@ -98,46 +81,31 @@ def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
         got = run(x)
         if close(got, A.softmax(x)):
             continue
-        diagnose(
-            got,
-            [
-                (
-                    lambda x=x: _exp_normalise(x),
-                    f"{name}: scores near 1000 give NaN/inf (exp overflows) and scores near "
-                    "-1000 give 0 / 0; subtract the largest score of each row before np.exp.",
-                ),
-                (
-                    lambda x=x: _exp_normalise(x - x.min(axis=-1, keepdims=True)),
-                    f"{name}: you subtracted each row's minimum: a row whose scores are far "
-                    "apart (-800 ... 800) still overflows; subtract each row's maximum, so "
-                    "that every exponent is at most 0.",
-                ),
-                (
-                    lambda x=x: _exp_normalise(x - x.mean(axis=-1, keepdims=True)),
-                    f"{name}: you subtracted each row's mean: a row whose scores are far "
-                    "apart (-800 ... 800) still overflows; subtract each row's maximum.",
-                ),
-                (
-                    lambda x=x: _exp_normalise(x - x[..., :1]),
-                    f"{name}: you subtracted each row's first score: a row whose scores are "
-                    "far apart still overflows; subtract each row's maximum.",
-                ),
-                (
-                    lambda x=x: _exp_normalise(x - x.max()),
-                    f"{name}: a row far below the others gives 0 / 0; subtract each "
-                    "row's own maximum (keepdims=True), not the maximum of the whole array.",
-                ),
-            ],
-            same=same_unstable(),
-        )
+        with np.errstate(all="ignore"):  # these mistakes overflow: that is the point
+            mistakes = {
+                "scores near 1000 give NaN/inf (exp overflows) and scores near -1000 give 0 / "
+                "0; subtract the largest score of each row before np.exp.": normalised(np.exp(x)),
+                "you subtracted each row's minimum: a row whose scores are far apart (-800 "
+                "... 800) still overflows; subtract each row's maximum, so that every "
+                "exponent is at most 0.": normalised(np.exp(x - x.min(axis=-1, keepdims=True))),
+                "you subtracted each row's mean: a row whose scores are far "
+                "apart (-800 ... 800) still overflows; subtract each row's "
+                "maximum.": normalised(np.exp(x - x.mean(axis=-1, keepdims=True))),
+                "you subtracted each row's first score: a row whose scores are far apart still "
+                "overflows; subtract each row's maximum.": normalised(np.exp(x - x[..., :1])),
+                "a row far below the others gives 0 / 0; subtract each "
+                "row's own maximum (keepdims=True), not the maximum "
+                "of the whole array.": normalised(np.exp(x - x.max())),
+            }
+        diagnose(got, name, mistakes, same=same_unstable())
         if not np.isfinite(got).all():
             raise CheckFailed(
-                f"{name}: scores of size 1000 or far apart give NaN/inf; subtract each row's "
-                "largest score before np.exp."
+                f"{name}: scores of size 1000 or far apart give NaN/inf; "
+                "subtract each row's largest score before np.exp."
             )
         raise CheckFailed(
-            f"{name}: wrong weights for scores of size 1000 or far apart; subtract each row's "
-            "largest score before np.exp."
+            f"{name}: wrong weights for scores of size 1000 or far "
+            "apart; subtract each row's largest score before np.exp."
         )
 
     masked = np.array([[0.3, -np.inf, 1.2], [-np.inf, -np.inf, -np.inf]])
@@ -152,6 +120,16 @@ def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     passed("softmax: rows sum to 1, stable far apart, -inf gives 0 and an all -inf row zeros.")
 
 
+def _as_mask(value, where: str, shape: tuple[int, ...], each: str) -> np.ndarray:
+    try:
+        return np.asarray(value)
+    except ValueError:
+        raise CheckFailed(
+            f"{where}: expected one row of {shape[-1]} booleans per {each}, "
+            f"shape {shape}; yours cannot be read as a rectangular array."
+        ) from None
+
+
 @exercise
 def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
     """Exercise (notebook 02): the (n_q, n_k) causal mask of n_q new queries that come after
@@ -161,75 +139,41 @@ def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
     # token after five cached ones (it sees everything); (6, 7): one cached key.
     for n_q, n_k in ((3, 7), (4, 4), (1, 6), (6, 7)):
         where = f"{name}({n_q}, {n_k})"
-        got = call(causal_mask_fn, name, n_q, n_k)
-        try:
-            arr = np.asarray(got)
-        except ValueError:
-            raise CheckFailed(
-                f"{where}: expected one row of {n_k} booleans per query, shape ({n_q}, {n_k}); "
-                "yours cannot be read as a rectangular array."
-            ) from None
+        arr = _as_mask(call(causal_mask_fn, name, n_q, n_k), where, (n_q, n_k), "query")
         expected = A.causal_mask(n_q, n_k)
         if arr.shape == (n_k, n_q) and n_q != n_k:
             raise CheckFailed(
-                f"{where}: expected shape (n_q, n_k) = ({n_q}, {n_k}), one row per query; "
-                f"got {arr.shape}, one row per key."
+                f"{where}: expected shape (n_q, n_k) = ({n_q}, {n_k}), "
+                f"one row per query; got {arr.shape}, one row per key."
             )
         expect_shape(arr, (n_q, n_k), name, "a mask (n_q, n_k)")
-        if arr.dtype != bool:
-            if arr.dtype.kind in "iuf" and np.array_equal(arr, expected):
-                raise CheckFailed(
-                    f"{where}: the right entries, but as {arr.dtype} numbers: use booleans "
-                    "(True = may attend)."
-                )
-            raise CheckFailed(f"{where}: use booleans (True = may attend), got {arr.dtype}.")
+        expect_bool(arr, expected, where)
         if np.array_equal(arr, expected):
             continue
         offset = n_k - n_q
-        new_keys = np.zeros((n_q, n_k), dtype=bool)
-        new_keys[:, offset:] = np.tri(n_q, dtype=bool)
-        diagnose(
-            arr,
-            [
-                (
-                    np.tri(n_q, n_k, dtype=bool),
-                    f"{where}: you lined query i up with key i (the first keys), as a square "
-                    "mask would; the queries are the LAST n_q positions, so query i sits at "
-                    "position n_k - n_q + i and sees every key up to that one.",
-                ),
-                (
-                    new_keys,
-                    f"{where}: your queries cannot see the cached keys 0..n_k - n_q - 1; those "
-                    "come before every query, so every query may attend to them.",
-                ),
-                (
-                    np.tri(n_q, n_k, k=offset + 1, dtype=bool),
-                    f"{where}: off by one: query i sees the key after its own position "
-                    "n_k - n_q + i.",
-                ),
-                (
-                    np.tri(n_q, n_k, k=offset - 1, dtype=bool),
-                    f"{where}: off by one: query i cannot see its own position n_k - n_q + i "
-                    "(itself).",
-                ),
-                (
-                    np.tri(n_q, n_k, k=-offset, dtype=bool),
-                    f"{where}: you shifted the diagonal the wrong way: the queries come "
-                    "after the cached keys, so each sees n_k - n_q keys MORE than in a square "
-                    "mask, not fewer.",
-                ),
-                (
-                    ~expected,
-                    f"{where}: your mask is the wrong way round: True must mean 'query i may "
-                    "attend to key j'.",
-                ),
-            ],
-            same=same_array,
+        no_cache = np.zeros((n_q, n_k), dtype=bool)
+        no_cache[:, offset:] = np.tri(n_q, dtype=bool)
+        square, late, early, wrong_way = (
+            np.tri(n_q, n_k, k, dtype=bool) for k in (0, offset + 1, offset - 1, -offset)
         )
+        mistakes = {
+            "you lined query i up with key i (the first keys), as a square mask "
+            "would; the queries are the LAST n_q positions, so query i sits at "
+            "position n_k - n_q + i and sees every key up to that one.": square,
+            "your queries cannot see the cached keys 0..n_k - n_q - 1; those come "
+            "before every query, so every query may attend to them.": no_cache,
+            "off by one: query i sees the key after its own position n_k - n_q + i.": late,
+            "off by one: query i cannot see its own position n_k - n_q + i (itself).": early,
+            "you shifted the diagonal the wrong way: the queries come after the cached keys, "
+            "so each sees n_k - n_q keys MORE than in a square mask, not fewer.": wrong_way,
+            "your mask is the wrong way round: True must "
+            "mean 'query i may attend to key j'.": ~expected,
+        }
+        diagnose(arr, where, mistakes, tol=0)
         row = int(np.argwhere(arr != expected)[0][0])
         raise CheckFailed(
-            f"{where} is wrong in row {row}: query i sits at position n_k - n_q + i and may "
-            "attend to keys 0 .. n_k - n_q + i."
+            f"{where} is wrong in row {row}: query i sits at position "
+            "n_k - n_q + i and may attend to keys 0 .. n_k - n_q + i."
         )
     passed("causal_mask: query i (position n_k - n_q + i) sees keys 0 .. n_k - n_q + i.")
 
@@ -241,58 +185,40 @@ def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarra
     list_hint = (
         TypeError,
         lambda exc: (
-            f"{name} raised TypeError ({exc}): lengths may arrive as a Python list, "
-            "which cannot be indexed or compared like an array; convert it to an array first."
+            f"{name} raised TypeError ({exc}): lengths may arrive as a Python list, which "
+            "cannot be indexed or compared like an array; convert it to an array first."
         ),
     )
     for lengths, n_k in (([3, 5, 1], 5), ([0, 2, 4, 1], 4)):
-        try:
-            got = np.asarray(call(padding_mask_fn, name, list(lengths), n_k, hints=[list_hint]))
-        except ValueError:
-            raise CheckFailed(
-                f"{name}: expected one row of n_k={n_k} booleans per sequence, shape "
-                "(batch, 1, 1, n_k); yours cannot be read as a rectangular array."
-            ) from None
         expected = A.padding_mask(lengths, n_k)
+        got = call(padding_mask_fn, name, list(lengths), n_k, hints=[list_hint])
+        got = _as_mask(got, name, expected.shape, "sequence")
         if got.shape == (len(lengths), n_k):
             raise CheckFailed(
-                f"{name}: expected shape (batch, 1, 1, n_k) = {expected.shape} so that "
-                f"the mask broadcasts over heads and queries; got {got.shape}."
+                f"{name}: expected shape (batch, 1, 1, n_k) = {expected.shape} so "
+                f"that the mask broadcasts over heads and queries; got {got.shape}."
             )
         expect_shape(got, expected.shape, name, "a mask")
-        if got.dtype != bool:
-            raise CheckFailed(f"{name}: use booleans (True = may attend), got {got.dtype}.")
+        expect_bool(got, expected, name)
         if np.array_equal(got, expected):
             continue
         arr = np.array(lengths)
-        diagnose(
-            got,
-            [
-                (
-                    ~expected,
-                    f"{name}: your mask is the wrong way round: True must mark real tokens "
-                    "(may attend) and False the padding.",
-                ),
-                (
-                    A.padding_mask(np.minimum(arr + 1, n_k), n_k),
-                    f"{name}: off by one: a sequence of length L has real keys 0..L-1, "
-                    "so key L is already padding.",
-                ),
-                (
-                    A.padding_mask(np.maximum(arr - 1, 0), n_k),
-                    f"{name}: off by one: a sequence of length L has L real keys, "
-                    "0..L-1; you marked only L-1.",
-                ),
-            ],
-            same=same_array,
-        )
+        mistakes = {
+            "your mask is the wrong way round: True must mark real "
+            "tokens (may attend) and False the padding.": ~expected,
+            "off by one: a sequence of length L has real keys 0..L-1, so key L "
+            "is already padding.": A.padding_mask(np.minimum(arr + 1, n_k), n_k),
+            "off by one: a sequence of length L has L real keys, 0..L-1; you "
+            "marked only L-1.": A.padding_mask(np.maximum(arr - 1, 0), n_k),
+        }
+        diagnose(got, name, mistakes, tol=0)
         if 0 in lengths:
             raise CheckFailed(
-                f"{name}: wrong for lengths {lengths} with n_k={n_k}: a sequence of "
-                "length 0 has no real key."
+                f"{name}: wrong for lengths {lengths} with "
+                f"n_k={n_k}: a sequence of length 0 has no real key."
             )
         raise CheckFailed(
-            f"{name}: wrong for lengths {lengths}: key j of sequence b is real "
-            "exactly when j < lengths[b]."
+            f"{name}: wrong for lengths {lengths}: key j of "
+            "sequence b is real exactly when j < lengths[b]."
         )
     passed("padding_mask: real keys True, padding False, shape (batch, 1, 1, n_k).")

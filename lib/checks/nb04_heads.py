@@ -1,7 +1,4 @@
-"""Checks of notebook 04 (looking at heads): row entropy, the previous-token score, and the
-similarity of heads."""
-
-from __future__ import annotations
+"""Checks of notebook 04 (looking at heads): row entropy, previous-token score, head similarity."""
 
 from collections.abc import Callable
 
@@ -12,26 +9,25 @@ from .. import heads as H
 from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expect_shape, passed
 
 
-def _head_weights(seed: int, batch: int = 2, heads: int = 3, n: int = 5) -> np.ndarray:
-    """Causal attention weights with some exact zeros and some one-hot rows."""
-    rng = np.random.default_rng(seed)
-    scores = rng.normal(scale=2.0, size=(batch, heads, n, n))
-    weights = A.softmax(np.where(A.causal_mask(n), scores, -np.inf))
-    weights[0, 0, 2] = np.eye(n)[1]  # a one-hot row
-    return weights
-
-
-def _plog(w):
-    return np.log(np.where(w > 0, w, 1.0))
+def _answers(fn, name: str, cases, shape, what: str):
+    """For each case's causal attention weights (batch, heads, n, n), with some exact zeros
+    and a one-hot row: (the weights, the answer on them, checked to be of ``shape(w)``)."""
+    for seed, batch, heads, n in cases:
+        rng = np.random.default_rng(seed)
+        scores = rng.normal(scale=2.0, size=(batch, heads, n, n))
+        w = A.softmax(np.where(A.causal_mask(n), scores, -np.inf))
+        w[0, 0, 2] = np.eye(n)[1]  # a one-hot row
+        got = as_array(call(fn, name, w), name)
+        expect_shape(got, shape(w), name, what)
+        yield w, got
 
 
 @exercise
 def check_entropy(entropy_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 04): entropy in nats of every attention row, (..., n_k) -> (...)."""
     name = "entropy"
-    for w in (_head_weights(0), _head_weights(10, batch=3, heads=2, n=6)):
-        got = as_array(call(entropy_fn, name, w.copy()), name)
-        expect_shape(got, w.shape[:-1], name, "one entropy per row, shape (..., n_q)")
+    cases, what = ((0, 2, 3, 5), (10, 3, 2, 6)), "one entropy per row, shape (..., n_q)"
+    for w, got in _answers(entropy_fn, name, cases, lambda w: w.shape[:-1], what):
         expected = H.row_entropy(w)
         if close(got, expected):
             continue
@@ -40,29 +36,15 @@ def check_entropy(entropy_fn: Callable[[np.ndarray], np.ndarray]) -> None:
                 f"{name}: masked keys have weight 0 and 0 * log(0) gives NaN; count "
                 "those terms as 0 (only take the log where the weight is > 0)."
             )
-        diagnose(
-            got,
-            [
-                (
-                    -expected,
-                    f"{name}: your entropies are negative: entropy is MINUS the sum of w * log(w).",
-                ),
-                (
-                    expected / np.log(2),
-                    f"{name}: you used log base 2 (bits); use the natural log (nats), np.log.",
-                ),
-                (
-                    lambda w=w: -(w * _plog(w)).sum(axis=-2),
-                    f"{name}: you summed over the queries (axis -2); each row's entropy is a "
-                    "sum over its keys, the last axis.",
-                ),
-                (
-                    expected / w.shape[-1],
-                    f"{name}: you averaged over the keys; entropy is a sum over the keys, not "
-                    "a mean.",
-                ),
-            ],
-        )
+        mean = expected / w.shape[-1]
+        mistakes = {
+            "your entropies are negative: entropy is MINUS the sum of w * log(w).": -expected,
+            "you used log base 2 (bits); use the natural log (nats), np.log.": expected / np.log(2),
+            "you summed over the queries (axis -2); each row's entropy is a sum over its "
+            "keys, the last axis.": -(w * np.log(np.where(w > 0, w, 1.0))).sum(axis=-2),
+            "you averaged over the keys; entropy is a sum over the keys, not a mean.": mean,
+        }
+        diagnose(got, name, mistakes)
         raise CheckFailed(
             f"{name}: wrong values; a uniform row over k keys should give log(k) and a "
             "one-hot row 0."
@@ -74,47 +56,25 @@ def check_entropy(entropy_fn: Callable[[np.ndarray], np.ndarray]) -> None:
 def check_previous_token_score(score_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 04): mean weight on the previous token, per head."""
     name = "previous_token_score"
-    for w in (_head_weights(1), _head_weights(11, batch=3, heads=4, n=6)):
-        got = as_array(call(score_fn, name, w.copy()), name)
-        expect_shape(got, (w.shape[1],), name, "one score per head, shape (heads,)")
-        expected = H.offset_score(w, -1)
-        if close(got, expected):
+    cases, what = ((1, 2, 3, 5), (11, 3, 4, 6)), "one score per head, shape (heads,)"
+    for w, got in _answers(score_fn, name, cases, lambda w: w.shape[1:2], what):
+        if close(got, H.offset_score(w, -1)):
             continue
         n = w.shape[-1]
-        diagnose(
-            got,
-            [
-                (
-                    lambda w=w: H.offset_score(w, 0),
-                    f"{name}: you scored the diagonal (each token attending to "
-                    "itself); the previous token of query i is key i-1.",
-                ),
-                (
-                    lambda w=w: H.offset_score(w, 1),
-                    f"{name}: you scored the next token (key i+1); the previous "
-                    "token of query i is key i-1.",
-                ),
-                (
-                    lambda w=w, n=n: np.stack(
-                        [w[..., i, (i - 1) % n] for i in range(n)], axis=-1
-                    ).mean(axis=(0, 2)),
-                    f"{name}: query 0 has no previous token, but index -1 wrapped around to "
-                    "the last key; leave query 0 out.",
-                ),
-                (
-                    lambda w=w, n=n: np.stack(
-                        [w[..., i, i - 1] if i else 0 * w[..., 0, 0] for i in range(n)], -1
-                    ).mean(axis=(0, 2)),
-                    f"{name}: query 0 has no previous token; leave it "
-                    "out of the average instead of counting it as 0.",
-                ),
-                (
-                    lambda w=w: np.tril(w, k=-1)[..., 1:, :].sum(axis=-1).mean(axis=(0, 2)),
-                    f"{name}: you summed all earlier keys; score only the key right before "
-                    "the query.",
-                ),
-            ],
-        )
+        previous = np.stack([w[..., i, i - 1] for i in range(n)], axis=-1)  # query 0: key -1
+        earlier = np.tril(w, k=-1)[..., 1:, :].sum(axis=-1).mean(axis=(0, 2))  # all before
+        mistakes = {
+            "you scored the diagonal (each token attending to itself); the "
+            "previous token of query i is key i-1.": H.offset_score(w, 0),
+            "you scored the next token (key i+1); the previous "
+            "token of query i is key i-1.": H.offset_score(w, 1),
+            "query 0 has no previous token, but index -1 wrapped around to "
+            "the last key; leave query 0 out.": previous.mean(axis=(0, 2)),
+            "query 0 has no previous token; leave it out of the average instead of "
+            "counting it as 0.": np.where(np.arange(n) > 0, previous, 0.0).mean(axis=(0, 2)),
+            "you summed all earlier keys; score only the key right before the query.": earlier,
+        }
+        diagnose(got, name, mistakes)
         raise CheckFailed(
             f"{name}: wrong values; average w[b, h, i, i-1] over the batch and over "
             "queries i = 1..n-1, one number per head."
@@ -126,31 +86,20 @@ def check_previous_token_score(score_fn: Callable[[np.ndarray], np.ndarray]) -> 
 def check_head_similarity(similarity_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 04): cosine similarity between heads, (batch, heads, n, n) -> (h, h)."""
     name = "head_similarity"
-    for w in (_head_weights(2, heads=4), _head_weights(12, batch=3, heads=2, n=4)):
-        got = as_array(call(similarity_fn, name, w.copy()), name)
-        heads = w.shape[1]
-        expect_shape(got, (heads, heads), name, "a (heads, heads) matrix")
+    cases, what = ((2, 2, 4, 5), (12, 3, 2, 4)), "a (heads, heads) matrix"
+    for w, got in _answers(similarity_fn, name, cases, lambda w: (w.shape[1],) * 2, what):
         if close(got, H.head_similarity(w), tol=1e-6):
             continue
-        flat = np.moveaxis(w, 1, 0).reshape(heads, -1)
-        mixed = w.reshape(heads, -1)
+        flat = np.moveaxis(w, 1, 0).reshape(w.shape[1], -1)
+        mixed = w.reshape(w.shape[1], -1)
         mixed = mixed / np.linalg.norm(mixed, axis=1, keepdims=True)
-        diagnose(
-            got,
-            [
-                (
-                    flat @ flat.T,
-                    f"{name}: these are raw dot products; divide by both heads' norms "
-                    "so that a head compared with itself gives 1.",
-                ),
-                (
-                    mixed @ mixed.T,
-                    f"{name}: reshaping (batch, heads, n, n) straight to (heads, -1) mixes "
-                    "heads from different batch items; bring the heads axis to the front first.",
-                ),
-            ],
-            tol=1e-6,
-        )
+        mistakes = {
+            "these are raw dot products; divide by both heads' norms so "
+            "that a head compared with itself gives 1.": flat @ flat.T,
+            "reshaping (batch, heads, n, n) straight to (heads, -1) mixes heads from "
+            "different batch items; bring the heads axis to the front first.": mixed @ mixed.T,
+        }
+        diagnose(got, name, mistakes, tol=1e-6)
         if not np.allclose(np.diag(got), 1.0):
             raise CheckFailed(
                 f"{name}: a head compared with itself must give 1; your diagonal is "

@@ -1,9 +1,6 @@
 """Checks of notebook 06 (pruning heads): ablation drops, gradient importance, the Spearman
-rank correlation, iterative pruning and the lookup each head
-does. The checks on models use small models trained here, with different numbers of heads, so
-that no shape can be hard-coded."""
-
-from __future__ import annotations
+rank correlation, iterative pruning and the lookup each head does, on small models trained
+here with different numbers of heads (so that no shape can be hard-coded)."""
 
 import copy
 import functools
@@ -13,22 +10,12 @@ import numpy as np
 
 from .. import heads as H
 from .. import pruning, tiny
-from ._core import (
-    CheckFailed,
-    as_array,
-    call,
-    close,
-    diagnose,
-    exercise,
-    expect_shape,
-    passed,
-    same_value,
-)
+from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expect_shape, passed
 
 
 @functools.cache
 def _trained(n_heads: int, d_model: int, seed: int):
-
+    """A briefly trained tiny model (trained once per process) and its evaluation data."""
     rng = np.random.default_rng(seed)
     task = dict(seq_len=8, vocab_size=5, offsets=(1, 3))
     model = tiny.init_tiny_model(5, 8, d_model, n_heads, 5, rng, n_slots=2)
@@ -41,51 +28,35 @@ def _trained(n_heads: int, d_model: int, seed: int):
     return model, data
 
 
-def _small_trained_models():
-    """Two briefly trained tiny models (4 heads, then 2), each with its evaluation data,
-    trained once per process: (a copy for the answer, the model for the reference, ids,
-    targets), so that an answer that changes its model cannot change the reference."""
+def _per_head_answer(fn, name: str, what: str):
+    """(answer, model, ids, targets) of two trained models (4 heads, then 2); the student's
+    ``fn(model, ids, targets)`` gets a copy of the model, one number per head expected."""
     for spec in ((4, 16, 6), (2, 12, 9)):
         model, (ids, targets) = _trained(*spec)
-        yield copy.deepcopy(model), model, ids, targets
+        got = as_array(call(fn, name, copy.deepcopy(model), ids, targets), name)
+        expect_shape(got, (model.n_heads,), name, f"one {what} per head")
+        yield got, model, ids, targets
 
 
 @exercise
 def check_ablation_drops(drops_fn: Callable) -> None:
     """Exercise (notebook 06): ``drops_fn(model, ids, targets) -> (heads,)`` accuracy drops."""
     name = "ablation_drops"
-    for answer_model, model, ids, targets in _small_trained_models():
-        got = as_array(call(drops_fn, name, answer_model, ids.copy(), targets.copy()), name)
-        expect_shape(got, (model.n_heads,), name, "one drop per head")
+    for got, model, ids, targets in _per_head_answer(drops_fn, name, "drop"):
         expected = pruning.ablation_drops(model, ids, targets)
         if close(got, expected, 1e-9):
             continue
         base = tiny.accuracy(model, ids, targets)
-        eye = np.eye(model.n_heads)
-        diagnose(
-            got,
-            [
-                (
-                    -expected,
-                    f"{name}: the sign is flipped: a head that helps should have a positive drop.",
-                ),
-                (
-                    base - expected,
-                    f"{name}: these are the accuracies with each head off; subtract them from "
-                    "the accuracy with all heads on.",
-                ),
-                (
-                    lambda: base - np.array([tiny.accuracy(model, ids, targets, e) for e in eye]),
-                    f"{name}: you kept only head h (all the others off); switch off head h alone.",
-                ),
-                (
-                    1.0 - (base - expected),
-                    f"{name}: measure the drop from the model's own accuracy with all heads, "
-                    "not from 1.",
-                ),
-            ],
-            tol=1e-9,
-        )
+        off = base - expected  # the accuracies with each head off
+        only = base - np.array([tiny.accuracy(model, ids, targets, e) for e in np.eye(len(got))])
+        mistakes = {
+            "the sign is flipped: a head that helps should have a positive drop.": -expected,
+            "these are the accuracies with each head off; subtract "
+            "them from the accuracy with all heads on.": off,
+            "you kept only head h (all the others off); switch off head h alone.": only,
+            "measure the drop from the model's own accuracy with all heads, not from 1.": 1.0 - off,
+        }
+        diagnose(got, name, mistakes, tol=1e-9)
         raise CheckFailed(
             f"{name}: wrong values; set entry h of an all-ones head mask to 0 and compare "
             "accuracies."
@@ -96,9 +67,9 @@ def check_ablation_drops(drops_fn: Callable) -> None:
 def _proportional(a, b) -> bool:
     """``a`` is a positive multiple of ``b`` (only the ranking of importances is used)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape or not np.all(np.isfinite(b)) or not np.any(b != 0):
+    if a.shape != b.shape or not np.all(np.isfinite(a)) or not np.all(np.isfinite(b)):
         return False
-    if not np.all(np.isfinite(a)):
+    if not np.any(b != 0):
         return False
     scale = (a @ b) / (b @ b)
     return bool(scale > 0 and np.allclose(a, scale * b, rtol=1e-7, atol=1e-12 * np.abs(a).max()))
@@ -106,52 +77,29 @@ def _proportional(a, b) -> bool:
 
 @exercise
 def check_gradient_importance(importance_fn: Callable) -> None:
-    """Exercise (notebook 06): ``importance_fn(model, ids, targets) -> (heads,)``.
-
-    Importance = mean over sequences of |dL/d mask_h| at an all-ones mask; any positive
-    multiple of it (a sum instead of a mean) is accepted, since only the ranking is used.
-    """
+    """Exercise (notebook 06): ``importance_fn(model, ids, targets) -> (heads,)``, the mean over
+    sequences of |dL/d mask_h| at an all-ones mask, or any positive multiple (only ranks count)."""
     name = "gradient_importance"
-    for answer_model, model, ids, targets in _small_trained_models():
-        got = as_array(call(importance_fn, name, answer_model, ids.copy(), targets.copy()), name)
-        expect_shape(got, (model.n_heads,), name, "one importance per head")
+    for got, model, ids, targets in _per_head_answer(importance_fn, name, "importance"):
         if _proportional(got, pruning.gradient_importance(model, ids, targets)):
             continue
         ones = np.ones((ids.shape[0], model.n_heads))
-        _, grads = model.loss_and_grads(ids, targets, ones)
-        per_seq = grads["head_mask"]  # (batch, heads)
-        diagnose(
-            got,
-            [
-                (
-                    per_seq.sum(axis=0),
-                    f"{name}: take the absolute value: a head whose mask gradient is negative "
-                    "matters too.",
-                ),
-                (
-                    np.abs(per_seq.sum(axis=0)),
-                    f"{name}: take |gradient| per sequence before averaging; with one mask for "
-                    "the whole batch, sequences that pull in opposite directions cancel.",
-                ),
-                (
-                    lambda: np.abs(
-                        model.loss_and_grads(ids, targets, np.zeros_like(ones))[1]["head_mask"]
-                    ).sum(axis=0),
-                    f"{name}: measure the gradient at the model you have: all heads on (mask "
-                    "of ones), not off.",
-                ),
-            ],
-            same=_proportional,
-        )
+        per_seq = model.loss_and_grads(ids, targets, ones)[1]["head_mask"]  # (batch, heads)
+        at_zero = model.loss_and_grads(ids, targets, 0 * ones)[1]["head_mask"]
+        mistakes = {
+            "take the absolute value: a head whose mask gradient "
+            "is negative matters too.": per_seq.sum(axis=0),
+            "take |gradient| per sequence before averaging; with one mask for the whole batch, "
+            "sequences that pull in opposite directions cancel.": np.abs(per_seq.sum(axis=0)),
+            "measure the gradient at the model you have: all heads "
+            "on (mask of ones), not off.": np.abs(at_zero).sum(axis=0),
+        }
+        diagnose(got, name, mistakes, same=_proportional)
         raise CheckFailed(
             f"{name}: wrong values; pass a (batch, heads) mask of ones so the backward pass "
             "gives one gradient per sequence and head."
         )
     passed("gradient_importance: mean over sequences of |dL/d mask_h|, per head.")
-
-
-def _ordinal(x):
-    return np.argsort(np.argsort(x, kind="stable"), kind="stable") + 1.0
 
 
 @exercise
@@ -164,7 +112,7 @@ def check_spearman(spearman_fn: Callable) -> None:
         (np.array([3.0, 1.0, 2.0]), np.array([1.0, 3.0, 2.0])),
     ]
     for a, b in cases:
-        got = call(spearman_fn, name, a.copy(), b.copy())
+        got = call(spearman_fn, name, a, b)
         try:
             got = float(got)
         except (TypeError, ValueError):
@@ -174,31 +122,18 @@ def check_spearman(spearman_fn: Callable) -> None:
         expected = pruning.spearman(a, b)
         if abs(got - expected) < 1e-9:
             continue
-        diagnose(
-            got,
-            [
-                (
-                    float(np.corrcoef(a, b)[0, 1]),
-                    f"{name}: that is the Pearson correlation of the values; correlate their "
-                    "ranks.",
-                ),
-                (
-                    float(np.corrcoef(_ordinal(a), _ordinal(b))[0, 1]),
-                    f"{name}: tied values must share the mean of their ranks (two values tied "
-                    "for ranks 1 and 2 both get 1.5).",
-                ),
-                (
-                    float(np.corrcoef(np.argsort(a), np.argsort(b))[0, 1]),
-                    f"{name}: np.argsort gives the order, not the ranks; the rank of each value "
-                    "is the argsort of the argsort (then average the ties).",
-                ),
-                (
-                    -expected,
-                    f"{name}: the sign is flipped; rank both arrays in the same direction.",
-                ),
-            ],
-            same=same_value,
-        )
+
+        pearson = np.corrcoef(a, b)[0, 1]
+        untied = [np.argsort(np.argsort(x, kind="stable"), kind="stable") for x in (a, b)]
+        mistakes = {
+            "that is the Pearson correlation of the values; correlate their ranks.": pearson,
+            "tied values must share the mean of their ranks (two values tied "
+            "for ranks 1 and 2 both get 1.5).": np.corrcoef(*untied)[0, 1],
+            "np.argsort gives the order, not the ranks; the rank of each value is the argsort of "
+            "the argsort (then average the ties).": np.corrcoef(np.argsort(a), np.argsort(b))[0, 1],
+            "the sign is flipped; rank both arrays in the same direction.": -expected,
+        }
+        diagnose(got, name, mistakes, tol=1e-9)
         raise CheckFailed(
             f"{name}: for a={a.tolist()} and b={b.tolist()} expected {expected:.4f}, got {got:.4f}."
         )
@@ -206,13 +141,6 @@ def check_spearman(spearman_fn: Callable) -> None:
 
 
 # --------------------------------------------------------------------------- pruning
-
-# (n_heads, d_model, seed, max_drop) of small models whose pruning removes some heads and
-# stops before the last: re-scoring changes the order in the first, drops tie at 0 in the
-# second (any of the tied heads may go), and the third starts well below accuracy 1.
-_PRUNED = ((5, 20, 2, 0.02), (6, 24, 5, 0.01), (6, 12, 3, 0.1))
-
-
 def _removed_list(got, name: str, n_heads: int) -> list[int]:
     """The answer as a list of head indices, or a sentence saying why it is not one."""
     if isinstance(got, np.ndarray):
@@ -222,14 +150,13 @@ def _removed_list(got, name: str, n_heads: int) -> list[int]:
             f"{name} should return the list of heads it removed, in the order removed; got "
             f"{type(got).__name__}."
         )
-    values = []
     for h in got:
         if isinstance(h, bool) or not isinstance(h, int | float | np.integer | np.floating):
             raise CheckFailed(f"{name}: every entry should be a head index (an int), got {h!r}.")
         if float(h) != int(h) or not 0 <= int(h) < n_heads:
             raise CheckFailed(f"{name}: {h!r} is not a head index 0..{n_heads - 1}.")
-        values.append(int(h))
-    if len(values) == n_heads and set(np.unique(values)) <= {0, 1} and n_heads > 2:
+    values = [int(h) for h in got]
+    if len(values) == n_heads and set(values) <= {0, 1} and n_heads > 2:
         raise CheckFailed(
             f"{name}: that looks like a head mask; return the heads removed, in the order removed."
         )
@@ -240,19 +167,18 @@ def _removed_list(got, name: str, n_heads: int) -> list[int]:
 
 @exercise
 def check_prune_heads(prune_fn: Callable) -> None:
-    """Exercise (notebook 06): iterative pruning by ablation.
-
-    ``prune_fn(model, select_data, max_drop) -> [heads removed, in order]``. Replays the
-    answer step by step on three small trained models: each step must remove a head whose
-    ablation drop, re-scored with the heads removed so far switched off, is the smallest (any
-    of tied heads), no step may take the selection accuracy more than ``max_drop`` below the
-    unpruned model's, and pruning must stop only when the next removal would.
-    """
+    """Exercise (notebook 06): iterative pruning by ablation, ``prune_fn(model, select_data,
+    max_drop) -> [heads removed, in order]``. The answer is replayed step by step: each step
+    must remove a head whose ablation drop, re-scored with the heads removed so far switched
+    off, is the smallest (any of tied heads), no step may take the accuracy more than
+    ``max_drop`` below the unpruned model's, and pruning stops only when the next one would."""
     name = "prune_heads"
-    for n_heads, d_model, seed, max_drop in _PRUNED:
+    # (n_heads, d_model, seed, max_drop) of small models whose pruning removes some heads and
+    # stops before the last: re-scoring changes the order in the first, drops tie at 0 in the
+    # second (any of the tied heads may go), and the third starts well below accuracy 1.
+    for n_heads, d_model, seed, max_drop in ((5, 20, 2, 0.02), (6, 24, 5, 0.01), (6, 12, 3, 0.1)):
         model, data = _trained(n_heads, d_model, seed)
-        answer_model = copy.deepcopy(model)
-        got = call(prune_fn, name, answer_model, (data[0].copy(), data[1].copy()), max_drop)
+        got = call(prune_fn, name, copy.deepcopy(model), (data[0].copy(), data[1].copy()), max_drop)
         removed = _removed_list(got, name, n_heads)
         steps = pruning.prune_iteratively(model, data, "ablation", max_drop)
         kept = set(np.flatnonzero(steps[-1].head_mask).tolist())
@@ -261,21 +187,27 @@ def check_prune_heads(prune_fn: Callable) -> None:
                 f"{name}: those are the heads that survive; return the ones removed, in the "
                 "order removed."
             )
-        _replay(name, model, data, removed, max_drop, tiny.accuracy, pruning.ablation_drops)
+        _replay(name, model, data, removed, max_drop)
     passed("prune_heads: re-scored after every removal, stopped before a drop over max_drop.")
 
 
-def _replay(name, model, data, removed, max_drop, accuracy, ablation_drops) -> None:
+def _replay(name, model, data, removed, max_drop) -> None:
     """Raise what is wrong with pruning ``model`` by removing ``removed`` in order."""
     mask = np.ones(model.n_heads)
-    start = accuracy(model, *data, mask)
-    first_order = [int(h) for h in np.argsort(ablation_drops(model, *data), kind="stable")]
-    previous = start
+    start = previous = tiny.accuracy(model, *data, mask)
+    first_order = [int(h) for h in np.argsort(pruning.ablation_drops(model, *data), kind="stable")]
+
+    def cost(head):
+        """How far below the unpruned accuracy removing ``head`` next takes the model."""
+        trial = mask.copy()
+        trial[head] = 0.0
+        return start - tiny.accuracy(model, *data, trial)
+
     for step, head in enumerate(removed, 1):
         alive = np.flatnonzero(mask)
         if mask[head] == 0:
             raise CheckFailed(f"{name}: step {step} removes head {head}, which is already off.")
-        drops = ablation_drops(model, *data, mask)
+        drops = pruning.ablation_drops(model, *data, mask)
         weakest = int(alive[np.argmin(drops[alive])])
         if drops[head] > drops[weakest] + 1e-12:
             if head == int(alive[np.argmax(drops[alive])]):
@@ -293,9 +225,9 @@ def _replay(name, model, data, removed, max_drop, accuracy, ablation_drops) -> N
                 f"removing head {head}; remove the least important head each time."
             )
         mask[head] = 0.0
-        acc = accuracy(model, *data, mask)
+        acc = tiny.accuracy(model, *data, mask)
         if start - acc > max_drop + 1e-12:
-            if previous - acc <= max_drop + 1e-12 and step > 1 and (start - previous) > 0:
+            if previous - acc <= max_drop + 1e-12 and step > 1 and start > previous:
                 raise CheckFailed(
                     f"{name}: step {step} takes the accuracy {start - acc:.3f} below the "
                     "unpruned model's; compare every step with the unpruned accuracy, not with "
@@ -307,39 +239,20 @@ def _replay(name, model, data, removed, max_drop, accuracy, ablation_drops) -> N
             )
         previous = acc
     alive = np.flatnonzero(mask)
-    if len(alive) > 1:
-        drops = ablation_drops(model, *data, mask)
-        weakest = int(alive[np.argmin(drops[alive])])
-        trial = mask.copy()
-        trial[weakest] = 0.0
-        acc = accuracy(model, *data, trial)
-        if start - acc <= max_drop + 1e-12:
-            _why_stopped(name, model, data, mask, start, max_drop, first_order, accuracy)
-            raise CheckFailed(
-                f"{name}: you stopped after {len(removed)} removal(s), but removing head "
-                f"{weakest} next keeps the accuracy within max_drop of the unpruned model's."
-            )
-
-
-def _why_stopped(name, model, data, mask, start, max_drop, first_order, accuracy) -> None:
-    """Pruning stopped although the least important head could go: raise the reason when it
-    is a known one (the next head taken from the unpruned model's ranking, the drop measured
-    from 1, or the most important head tried)."""
-    alive = np.flatnonzero(mask)
+    if len(alive) < 2:
+        return
     drops = pruning.ablation_drops(model, *data, mask)
-
-    def cost(head):
-        trial = mask.copy()
-        trial[head] = 0.0
-        return start - accuracy(model, *data, trial)
-
+    weakest = int(alive[np.argmin(drops[alive])])
+    if cost(weakest) > max_drop + 1e-12:
+        return
+    # Pruning stopped although the least important head could go: say why, when the reason
+    # is a known one.
     ranked = [h for h in first_order if mask[h]][0]
     if drops[ranked] > drops[alive].min() + 1e-12 and cost(ranked) > max_drop:
         raise CheckFailed(
             f"{name}: you followed the ranking of the unpruned model (head {ranked} next); "
             "score the heads again after every removal, with the removed heads switched off."
         )
-    weakest = int(alive[np.argmin(drops[alive])])
     if 1.0 - (start - cost(weakest)) > max_drop:
         raise CheckFailed(
             f"{name}: you stopped early because you measured the drop from 1; measure it from "
@@ -348,20 +261,21 @@ def _why_stopped(name, model, data, mask, start, max_drop, first_order, accuracy
     most = int(alive[np.argmax(drops[alive])])
     if cost(most) > max_drop:
         raise CheckFailed(
-            f"{name}: you stopped after {int((mask == 0).sum())} removal(s), but head {weakest}, "
-            f"the least important now, can go within max_drop; if you tried head {most}, the "
-            "most important one, remove the least important head instead."
+            f"{name}: you stopped after {len(removed)} removal(s), but head {weakest}, the "
+            f"least important now, can go within max_drop; if you tried head {most}, the most "
+            "important one, remove the least important head instead."
         )
+    raise CheckFailed(
+        f"{name}: you stopped after {len(removed)} removal(s), but removing head "
+        f"{weakest} next keeps the accuracy within max_drop of the unpruned model's."
+    )
 
 
 # --------------------------------------------------------------------------- head roles
-
-
 def _pattern_weights(batch: int, n: int, heads) -> np.ndarray:
-    """Causal attention weights (batch, heads, n, n): each head puts the given share of every
-    query's weight on the key ``o`` back (for each (o, share) it lists, where that key exists)
-    and spreads the rest evenly over the query's other allowed keys; a little noise per
-    sequence."""
+    """Causal attention weights (batch, heads, n, n): each head puts, for each (o, share) it
+    lists, that share of every query's weight on the key o back, the rest spread evenly (a
+    little noise per sequence) over the query's other keys."""
     rng = np.random.default_rng(n * 10 + len(heads))
     w = np.zeros((batch, len(heads), n, n))
     for b in range(batch):
@@ -372,27 +286,12 @@ def _pattern_weights(batch: int, n: int, heads) -> np.ndarray:
                     if i - o >= 0:
                         row[i - o] += share
                 rest = [j for j in range(i + 1) if row[j] == 0]
-                left = 1.0 - row.sum()
                 if rest:
-                    spread = rng.dirichlet(np.full(len(rest), 50.0)) * left
-                    row[rest] += spread
+                    row[rest] += rng.dirichlet(np.full(len(rest), 50.0)) * (1.0 - row.sum())
                 else:
                     row[: i + 1] /= row[: i + 1].sum()
                 w[b, h, i] = row
     return w
-
-
-def _roles_cases():
-    """(weights, offsets, threshold): on two shapes; offsets listed out of order in the second."""
-    heads = [
-        [(1, 0.9)],  # the previous token
-        [(3, 0.8)],  # three back
-        [(1, 0.46), (3, 0.44)],  # a mix: no single lookup
-        [],  # spread evenly
-        [(2, 0.6)],  # two back, less sharply
-    ]
-    yield _pattern_weights(2, 8, heads), (1, 2, 3), 0.5
-    yield _pattern_weights(3, 6, [[(2, 0.7)], [(1, 0.55)], [], [(1, 0.95)]]), (2, 1), 0.6
 
 
 @exercise
@@ -401,63 +300,46 @@ def check_head_roles(roles_fn: Callable) -> None:
     offset ``o`` in ``offsets`` with the highest mean weight on key ``i - o`` (over the queries
     that have that key), if at least ``threshold``, else 0."""
     name = "head_roles"
-    for w, offsets, threshold in _roles_cases():
-        got = as_array(call(roles_fn, name, w.copy(), tuple(offsets), threshold), name)
-        heads = w.shape[1]
+    heads = [
+        [(1, 0.9)],  # the previous token
+        [(3, 0.8)],  # three back
+        [(1, 0.46), (3, 0.44)],  # a mix: no single lookup
+        [],  # spread evenly
+        [(2, 0.6)],  # two back, less sharply
+    ]
+    cases = (  # (weights, offsets, threshold); offsets out of order in the second
+        (_pattern_weights(2, 8, heads), (1, 2, 3), 0.5),
+        (_pattern_weights(3, 6, [[(2, 0.7)], [(1, 0.55)], [], [(1, 0.95)]]), (2, 1), 0.6),
+    )
+    for w, offsets, threshold in cases:
+        got = as_array(call(roles_fn, name, w, tuple(offsets), threshold), name)
+        heads, n = w.shape[1], w.shape[-1]
         expect_shape(got, (heads,), name, "one role per head")
         expected = H.head_roles(w, offsets, threshold)
         if close(got, expected, 1e-12):
             continue
+        offsets = np.asarray(offsets)
         scores = np.stack([H.offset_score(w, -o) for o in offsets])  # (offsets, heads)
-        zeroed = np.stack(  # queries without a key o back counted as 0 (or wrapped round)
-            [H.offset_score(w, -o) * (w.shape[-1] - o) / w.shape[-1] for o in offsets]
-        )
-        best = scores.argmax(axis=0)
-        diagnose(
-            got,
-            [
-                (
-                    -expected,
-                    f"{name}: give the offset as a positive number (3 for the key three back).",
-                ),
-                (
-                    np.zeros(heads),
-                    f"{name}: every head got 0; the key o back of query i is key i - o (the "
-                    "keys after the query have weight 0 under the causal mask).",
-                ),
-                (
-                    np.asarray(offsets)[best],
-                    f"{name}: a head whose best mean weight is below threshold has no single "
-                    "lookup; give it 0.",
-                ),
-                (
-                    np.where(scores.max(axis=0) >= threshold, best, 0),
-                    f"{name}: return the offset itself (an element of offsets), not its "
-                    "position in offsets.",
-                ),
-                (
-                    np.where(
-                        zeroed.max(axis=0) >= threshold,
-                        np.asarray(offsets)[zeroed.argmax(axis=0)],
-                        0,
-                    ),
-                    f"{name}: queries i < o have no key o back; leave them out of that "
-                    "offset's average instead of counting them as 0.",
-                ),
-                *(
-                    (
-                        top,
-                        f"{name}: those are the best mean weights; return the offset that gets "
-                        "them (0 below threshold).",
-                    )
-                    for top in (
-                        scores.max(axis=0),
-                        np.where(scores.max(0) >= threshold, scores.max(0), 0),
-                    )
-                ),
-            ],
-            tol=1e-9,
-        )
+        zeroed = scores * (n - offsets[:, None]) / n  # queries without a key o back as 0
+        best, top = scores.argmax(axis=0), scores.max(axis=0)
+        mistakes = {
+            "give the offset as a positive number (3 for the key three back).": -expected,
+            "every head got 0; the key o back of query i is key i - o (the keys "
+            "after the query have weight 0 under the causal mask).": np.zeros(heads),
+            "a head whose best mean weight is below threshold "
+            "has no single lookup; give it 0.": offsets[best],
+            "return the offset itself (an element of offsets), not its "
+            "position in offsets.": np.where(top >= threshold, best, 0),
+            "queries i < o have no key o back; leave them out of "
+            "that offset's average instead of counting them as "
+            "0.": np.where(zeroed.max(0) >= threshold, offsets[zeroed.argmax(0)], 0),
+        }
+        diagnose(got, name, mistakes, tol=1e-9)
+        if close(got, top, 1e-9) or close(got, np.where(top >= threshold, top, 0), 1e-9):
+            raise CheckFailed(
+                f"{name}: those are the best mean weights; return "
+                "the offset that gets them (0 below threshold)."
+            )
         raise CheckFailed(
             f"{name}: wrong roles: expected {expected.tolist()}, got {got.tolist()}; compare "
             "each head's mean weight on key i - o for every o in offsets."

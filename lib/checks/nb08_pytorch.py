@@ -1,10 +1,6 @@
-"""Checks of notebook 08 (from NumPy to PyTorch): our masks as one torch ``attn_mask`` per
-sequence and head, a torch layer's weights read back into our MHAParams, and
-``nn.MultiheadAttention`` run so that it answers as lib does, fully masked queries included.
-torch is imported inside these checks only, so that importing lib.checks stays fast for the
-notebooks that do not need it."""
-
-from __future__ import annotations
+"""Checks of notebook 08 (from NumPy to PyTorch): our masks as torch's ``attn_mask``, a torch
+layer's weights as our MHAParams, and ``nn.MultiheadAttention`` run so that it answers as lib
+does. torch is imported inside the checks only, so that importing lib.checks stays fast."""
 
 from collections.abc import Callable
 
@@ -12,42 +8,43 @@ import numpy as np
 
 from .. import attention as A
 from .. import torch_bridge as TB
-from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expect_shape, passed
-
-
-def _is_tensor(value) -> bool:
-    import torch
-
-    return isinstance(value, torch.Tensor)
+from ._core import (
+    CheckFailed,
+    as_array,
+    call,
+    close,
+    describe,
+    diagnose,
+    exercise,
+    expect_shape,
+    expect_tuple,
+    passed,
+)
 
 
 def _to_numpy(value, name: str, what: str) -> np.ndarray:
     """A tensor (detached) or anything array-like as a NumPy array."""
-    if _is_tensor(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
     return as_array(value, name, what)
 
 
-def _describe(value) -> str:
-    shape = getattr(value, "shape", None)
-    if shape is not None and len(shape) > 0:
-        return f"{type(value).__name__} of shape {tuple(shape)}"
-    text = repr(value)
-    return text if len(text) <= 40 else type(value).__name__
+def _torch_rows(mask: np.ndarray, n_heads: int, head_major: bool = False) -> np.ndarray:
+    """Our (batch, 1 or heads, n_q, n_k) mask, True = may attend, as torch's 3-axis
+    ``attn_mask``, True = may NOT attend: row b * n_heads + h is sequence b, head h
+    (``head_major``: row h * batch + b, a mistake)."""
+    b, _, n_q, n_k = mask.shape
+    blocked = ~np.broadcast_to(mask, (b, n_heads, n_q, n_k))
+    if head_major:
+        blocked = blocked.transpose(1, 0, 2, 3)
+    return blocked.reshape(b * n_heads, n_q, n_k)
 
 
 # --------------------------------------------------------------------------- exercise 1
-
-
-def _per_head(mask: np.ndarray, n_heads: int) -> np.ndarray:
-    """Our (batch, 1 or heads, n_q, n_k) mask broadcast to (batch, heads, n_q, n_k)."""
-    b, _, n_q, n_k = mask.shape
-    return np.broadcast_to(mask, (b, n_heads, n_q, n_k))
-
-
 def mask_cases() -> list[tuple[np.ndarray, int]]:
-    """The masks check_torch_mask tries: (mask, n_heads), one mask for all heads and one
-    per head, on three shapes."""
+    """(mask, n_heads) that check_torch_mask tries: masks shared by the heads, or per head."""
     rng = np.random.default_rng(8)
     shared = rng.random((2, 1, 3, 4)) < 0.6  # (batch, 1, n_q, n_k): the same for every head
     per_head = rng.random((3, 2, 4, 5)) < 0.6  # (batch, heads, n_q, n_k)
@@ -57,19 +54,16 @@ def mask_cases() -> list[tuple[np.ndarray, int]]:
 
 @exercise
 def check_torch_mask(to_torch_mask_fn: Callable) -> None:
-    """Exercise (notebook 08): our boolean mask (batch, 1 or n_heads, n_q, n_k), True = may
-    attend, as the 3-axis boolean ``attn_mask`` of ``nn.MultiheadAttention``:
-    (batch * n_heads, n_q, n_k), row b * n_heads + h for sequence b and head h, True = may
-    NOT attend."""
+    """Exercise (notebook 08): our mask (batch, 1 or n_heads, n_q, n_k) as the boolean
+    ``attn_mask`` of ``nn.MultiheadAttention`` (see :func:`_torch_rows`)."""
     import torch
 
     name = "to_torch_mask"
     for mask, n_heads in mask_cases():
         b, _, n_q, n_k = mask.shape
-        full = _per_head(mask, n_heads)  # (batch, heads, n_q, n_k)
-        want = (~full).reshape(b * n_heads, n_q, n_k)
-        got = call(to_torch_mask_fn, name, mask.copy(), n_heads)
-        if not _is_tensor(got):
+        want = _torch_rows(mask, n_heads)
+        got = call(to_torch_mask_fn, name, mask, n_heads)
+        if not isinstance(got, torch.Tensor):
             raise CheckFailed(
                 f"{name}: return a torch.Tensor, not {type(got).__name__}; "
                 "nn.MultiheadAttention does not accept NumPy arrays."
@@ -94,49 +88,31 @@ def check_torch_mask(to_torch_mask_fn: Callable) -> None:
             )
         expect_shape(arr, want.shape, name, "a mask (batch * n_heads, n_q, n_k)")
         if got.dtype != torch.bool:
-            if (
-                got.dtype.is_floating_point
-                and np.array_equal(np.isneginf(arr), want)
-                and np.all(arr[~want] == 0)
-            ):
-                raise CheckFailed(
-                    f"{name}: that is a valid additive float mask (0 / -inf), but this "
-                    "exercise asks for torch's boolean form: return a tensor of dtype torch.bool."
-                )
+            if got.dtype.is_floating_point and np.array_equal(np.isneginf(arr), want):
+                if np.all(arr[~want] == 0):
+                    raise CheckFailed(
+                        f"{name}: that is a valid additive float mask (0 / -inf), but this "
+                        "exercise asks for torch's boolean form: return a tensor of dtype "
+                        "torch.bool."
+                    )
             raise CheckFailed(
                 f"{name}: return a boolean tensor (dtype torch.bool), got {got.dtype}; a float "
                 "attn_mask is added to the scores, so 0/1 values would not block anything."
             )
         if np.array_equal(arr, want):
             continue
-        diagnose(
-            arr,
-            [
-                (
-                    full.reshape(b * n_heads, n_q, n_k),
-                    f"{name}: you kept our True = 'may attend', but in nn.MultiheadAttention "
-                    "True means 'may NOT attend': every True of ours must become False and the "
-                    "other way round.",
-                ),
-                (
-                    (~full).transpose(1, 0, 2, 3).reshape(b * n_heads, n_q, n_k),
-                    f"{name}: your rows are ordered head by head; torch reads them sequence by "
-                    "sequence: row b * n_heads + h is sequence b, head h (all heads of "
-                    "sequence 0 first).",
-                ),
-                (
-                    np.repeat(~mask[:, :1], n_heads, axis=1).reshape(b * n_heads, n_q, n_k),
-                    f"{name}: you gave every head the first head's mask; a mask of shape "
-                    "(batch, n_heads, n_q, n_k) has a different one for each head: keep them.",
-                ),
-                (
-                    (~full).swapaxes(-1, -2).reshape(b * n_heads, n_q, n_k) if n_q == n_k else None,
-                    f"{name}: your masks are transposed: row i must be query i and column j "
-                    "key j, as in ours.",
-                ),
-            ],
-            same=lambda a, w: bool(np.array_equal(a, w)),
-        )
+        mistakes = {
+            "you kept our True = 'may attend', but in nn.MultiheadAttention True means 'may "
+            "NOT attend': every True of ours must become False and the other way round.": ~want,
+            "your rows are ordered head by head; torch reads them sequence by "
+            "sequence: row b * n_heads + h is sequence b, head h (all heads of "
+            "sequence 0 first).": _torch_rows(mask, n_heads, head_major=True),
+            "you gave every head the first head's mask; a mask of shape (batch, n_heads, n_q, "
+            "n_k) has a different one for each head: keep them.": _torch_rows(mask[:, :1], n_heads),
+            "your masks are transposed: row i must be query i and column j "
+            "key j, as in ours.": want.swapaxes(-1, -2) if n_q == n_k else None,
+        }
+        diagnose(arr, name, mistakes, tol=0)
         raise CheckFailed(
             f"{name}: wrong entries for a mask of shape {mask.shape} with n_heads={n_heads}; "
             "row b * n_heads + h must be True exactly where query i of sequence b may NOT "
@@ -146,8 +122,6 @@ def check_torch_mask(to_torch_mask_fn: Callable) -> None:
 
 
 # --------------------------------------------------------------------------- exercise 2
-
-
 def torch_layers() -> list:
     """The nn.MultiheadAttention layers check_from_torch reads: initialised by torch (from a
     fixed seed, without touching the caller's random state), biases made non-zero."""
@@ -169,9 +143,6 @@ def torch_layers() -> list:
     return layers
 
 
-_LIB_FROM_TORCH = ("lib.torch_bridge", "from_torch_mha", "TB.from_torch_mha")
-
-
 @exercise
 def check_from_torch(from_torch_fn: Callable) -> None:
     """Exercise (notebook 08): an nn.MultiheadAttention's weights as our MHAParams (W_q, W_k,
@@ -180,14 +151,15 @@ def check_from_torch(from_torch_fn: Callable) -> None:
     for module in torch_layers():
         d = module.embed_dim
         want = TB.from_torch_mha(module)
-        got = call(from_torch_fn, name, module, refuse=(_LIB_FROM_TORCH,))
+        refuse = (("lib.torch_bridge", "from_torch_mha", "TB.from_torch_mha"),)
+        got = call(from_torch_fn, name, module, refuse=refuse)
         if not isinstance(got, A.MHAParams):
             if isinstance(got, tuple | list):
                 raise CheckFailed(
                     f"{name}: return one A.MHAParams(W_q, W_k, W_v, W_o, n_heads, b_q, b_k, "
                     f"b_v, b_o), not a {type(got).__name__} of {len(got)} items."
                 )
-            raise CheckFailed(f"{name}: return an A.MHAParams, got {_describe(got)}.")
+            raise CheckFailed(f"{name}: return an A.MHAParams, got {describe(got)}.")
         if got.n_heads != module.num_heads:
             head_size = " (that is the size of one head, d_model // n_heads)" * (
                 got.n_heads == d // module.num_heads
@@ -209,59 +181,38 @@ def check_from_torch(from_torch_fn: Callable) -> None:
         weight = module.in_proj_weight.detach().numpy()  # (3d, d)
         got_in = np.stack([got.W_q, got.W_k, got.W_v])
         if not close(got_in, np.stack([want.W_q, want.W_k, want.W_v])):
-            blocks = [weight[i * d : (i + 1) * d] for i in range(3)]  # each (d_out, d_in)
-            diagnose(
-                got_in,
-                [
-                    (
-                        np.stack(blocks),
-                        f"{name}: torch stores each projection as (d_out, d_in) and computes "
-                        "x @ W.T; ours is x @ W with W of shape (d_in, d_out): transpose each "
-                        "block of in_proj_weight.",
-                    ),
-                    (
-                        np.stack([blocks[1].T, blocks[0].T, blocks[2].T]),
-                        f"{name}: the blocks are in the wrong order: in_proj_weight holds the "
-                        "queries' block first, then the keys', then the values'.",
-                    ),
-                    (
-                        np.stack(np.split(weight.reshape(d, 3 * d), 3, axis=1)),
-                        f"{name}: reshaping does not transpose: the numbers end up in the wrong "
-                        "places; each block of in_proj_weight must be transposed.",
-                    ),
-                ],
-            )
+            blocks = np.stack(np.split(weight, 3))  # each (d_out, d_in)
+            mistakes = {
+                "torch stores each projection as (d_out, d_in) and computes x @ W.T; ours is x @ "
+                "W with W of shape (d_in, d_out): transpose each block of in_proj_weight.": blocks,
+                "the blocks are in the wrong order: in_proj_weight holds the queries' block "
+                "first, then the keys', then the values'.": blocks[[1, 0, 2]].swapaxes(-1, -2),
+                "reshaping does not transpose: the numbers end up in "
+                "the wrong places; each block of in_proj_weight must be "
+                "transposed.": np.stack(np.split(weight.reshape(d, 3 * d), 3, axis=1)),
+            }
+            diagnose(got_in, name, mistakes)
             raise CheckFailed(
                 f"{name}: W_q, W_k, W_v have the right shapes but wrong values; x @ W_q must "
                 "give the first d_model outputs of x @ in_proj_weight.T, and so on."
             )
         if not close(got.W_o, want.W_o):
-            diagnose(
-                got.W_o,
-                [
-                    (
-                        module.out_proj.weight.detach().numpy(),
-                        f"{name}: W_o is out_proj.weight transposed: nn.Linear stores "
-                        "(d_out, d_in) too.",
-                    ),
-                ],
-            )
+            if close(got.W_o, module.out_proj.weight.detach().numpy()):
+                raise CheckFailed(
+                    f"{name}: W_o is out_proj.weight transposed: "
+                    "nn.Linear stores (d_out, d_in) too."
+                )
             raise CheckFailed(f"{name}: W_o has wrong values; it comes from out_proj.weight.")
         if not want.has_bias:
             continue
         got_b = np.stack([got.b_q, got.b_k, got.b_v])
         if not close(got_b, np.stack([want.b_q, want.b_k, want.b_v])):
-            b = module.in_proj_bias.detach().numpy()
-            diagnose(
-                got_b,
-                [
-                    (
-                        np.stack([b[d : 2 * d], b[:d], b[2 * d :]]),
-                        f"{name}: the biases are in the wrong order: in_proj_bias holds b_q, "
-                        "then b_k, then b_v, like the weight's blocks.",
-                    ),
-                ],
-            )
+            b = np.stack(np.split(module.in_proj_bias.detach().numpy(), 3))
+            if close(got_b, b[[1, 0, 2]]):
+                raise CheckFailed(
+                    f"{name}: the biases are in the wrong order: in_proj_bias "
+                    "holds b_q, then b_k, then b_v, like the weight's blocks."
+                )
             raise CheckFailed(
                 f"{name}: b_q, b_k, b_v have wrong values; they are the three thirds of "
                 "in_proj_bias."
@@ -272,8 +223,6 @@ def check_from_torch(from_torch_fn: Callable) -> None:
 
 
 # --------------------------------------------------------------------------- exercise 3
-
-
 def attention_cases() -> list:
     """(params, x_q, x_kv, mask) for check_torch_attention; every mask leaves some queries
     with nothing to attend to."""
@@ -285,39 +234,31 @@ def attention_cases() -> list:
     mask1[1, 0, 2] = True
     params2 = A.init_mha_params(6, 3, rng, bias=False)
     x = rng.normal(size=(3, 4, 6))
+    # sequence 1 has no real token: none of its queries sees a key
     mask2 = np.broadcast_to(A.causal_mask(4) & A.padding_mask([4, 0, 2], 4), (3, 1, 4, 4))
-    mask2 = mask2.copy()  # sequence 1 has no real token: none of its queries sees a key
     params3 = A.init_mha_params(6, 3, rng, bias=True)
     x3 = rng.normal(size=(2, 4, 6))
-    mask3 = np.broadcast_to(A.causal_mask(4) & A.padding_mask([4, 0], 4), (2, 1, 4, 4)).copy()
-    return [(params1, x_q, x_kv, mask1), (params2, x, x, mask2), (params3, x3, x3, mask3)]
-
-
-def _torch_run(module, x_q, x_kv, blocked):
-    """The module on our arrays with a (batch * heads, n_q, n_k) mask, True = blocked."""
-    import torch
-
-    tq, tkv = torch.from_numpy(x_q), torch.from_numpy(x_kv)
-    with torch.no_grad():
-        out, w = module(
-            tq, tkv, tkv, attn_mask=torch.from_numpy(blocked), average_attn_weights=False
-        )
-    return out.numpy(), w.numpy()
+    mask3 = np.broadcast_to(A.causal_mask(4) & A.padding_mask([4, 0], 4), (2, 1, 4, 4))
+    return [
+        (params1, x_q, x_kv, mask1),
+        (params2, x, x, mask2.copy()),
+        (params3, x3, x3, mask3.copy()),
+    ]
 
 
 @exercise
 def check_torch_attention(attention_fn: Callable) -> None:
-    """Exercise (notebook 08): nn.MultiheadAttention run on our inputs and mask
-    (batch, 1, n_q, n_k) so that it returns what A.multi_head_attention returns, also for
-    queries with nothing to attend to (weights 0, output b_o or 0)."""
+    """Exercise (notebook 08): nn.MultiheadAttention run on our inputs and mask (batch, 1, n_q,
+    n_k) so that it answers as A.multi_head_attention, also for queries with nothing to attend
+    to (weights 0, output b_o or 0)."""
+    import torch
+
     name = "torch_attention"
     for params, x_q, x_kv, mask in attention_cases():
         module = TB.to_torch_mha(params)
-        h = params.n_heads
         want_out, want_w = A.multi_head_attention(x_q, x_kv, params, mask)
-        result = call(attention_fn, name, module, x_q.copy(), x_kv.copy(), mask.copy())
-        if not (isinstance(result, tuple | list) and len(result) == 2):
-            raise CheckFailed(f"{name}: return a pair (output, weights), got {_describe(result)}.")
+        result = call(attention_fn, name, module, x_q, x_kv, mask)
+        expect_tuple(result, 2, name, "a pair (output, weights)")
         out = _to_numpy(result[0], name, "the output")
         w = _to_numpy(result[1], name, "the weights")
         if out.shape == want_w.shape and w.shape == want_out.shape:
@@ -325,8 +266,7 @@ def check_torch_attention(attention_fn: Callable) -> None:
                 f"{name}: return the pair in the order (output, weights), as "
                 "A.multi_head_attention does."
             )
-        b, n_q, n_k = want_w.shape[0], want_w.shape[2], want_w.shape[3]
-        if w.shape == (b, n_q, n_k):
+        if w.shape == (want_w.shape[0],) + want_w.shape[2:]:
             raise CheckFailed(
                 f"{name}: your weights {w.shape} are averaged over the heads (torch's "
                 "default); ask the module for per-head weights with average_attn_weights=False."
@@ -335,7 +275,9 @@ def check_torch_attention(attention_fn: Callable) -> None:
         expect_shape(w, want_w.shape, name, "weights (batch, heads, n_q, n_k)")
         empty = ~mask[:, 0].any(axis=-1)  # (batch, n_q): queries with nothing to attend to
         seq, query = np.argwhere(empty)[0]
-        if np.isnan(out[~empty]).any() or np.isnan(w.transpose(0, 2, 1, 3)[~empty]).any():
+        w_rows = w.transpose(0, 2, 1, 3)  # (batch, n_q, heads, n_k)
+        want_rows = want_w.transpose(0, 2, 1, 3)
+        if np.isnan(out[~empty]).any() or np.isnan(w_rows[~empty]).any():
             raise CheckFailed(
                 f"{name}: NaN for queries that may attend to some keys: torch's boolean "
                 "attn_mask is True where a query may NOT attend, the opposite of ours "
@@ -349,23 +291,19 @@ def check_torch_attention(attention_fn: Callable) -> None:
                 "their rows."
             )
         ok = ~empty
-        w_rows = w.transpose(0, 2, 1, 3)  # (batch, n_q, heads, n_k)
-        want_rows = want_w.transpose(0, 2, 1, 3)
         if not (close(out[ok], want_out[ok]) and close(w_rows[ok], want_rows[ok])):
             # the mask every query can use (a fully masked query may see every key), its
             # rows head by head instead of sequence by sequence
-            full = _per_head(mask | empty[:, None, :, None], h)
-            head_major = (~full).transpose(1, 0, 2, 3).reshape(b * h, n_q, n_k)
-            diagnose(
-                out[ok],
-                [
-                    (
-                        lambda: _torch_run(module, x_q, x_kv, head_major)[0][ok],
-                        f"{name}: the mask reached the wrong heads: torch reads a 3-axis "
-                        "attn_mask sequence by sequence, row b * n_heads + h (exercise 1).",
-                    ),
-                ],
-            )
+            usable = mask | empty[:, None, :, None]
+            blocked = _torch_rows(usable, params.n_heads, head_major=True)
+            with torch.no_grad():
+                tq, tkv = torch.from_numpy(x_q), torch.from_numpy(x_kv)
+                wrong = module(tq, tkv, tkv, attn_mask=torch.from_numpy(blocked))[0].numpy()
+            if close(out[ok], wrong[ok]):
+                raise CheckFailed(
+                    f"{name}: the mask reached the wrong heads: torch reads a 3-axis "
+                    "attn_mask sequence by sequence, row b * n_heads + h (exercise 1)."
+                )
             raise CheckFailed(
                 f"{name}: for queries that may attend to some keys, your output or weights "
                 f"differ from lib's (largest output difference "
@@ -374,10 +312,10 @@ def check_torch_attention(attention_fn: Callable) -> None:
             )
         if not close(w_rows[empty], np.zeros_like(want_rows[empty])):
             sums = w_rows[empty].sum(axis=-1)
-            detail = " yours sum to 1" if close(sums, np.ones_like(sums)) else ""
+            detail = " yours sum to 1" if close(sums, np.ones_like(sums)) else " yours do not"
             raise CheckFailed(
                 f"{name}: a query with nothing to attend to (sequence {seq}, query {query}) "
-                f"must get weights 0 from every head, as in lib;{detail or ' yours do not'}."
+                f"must get weights 0 from every head, as in lib;{detail}."
             )
         if close(out[empty], want_out[empty]):
             continue

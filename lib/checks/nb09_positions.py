@@ -1,8 +1,7 @@
 """Checks of notebook 09 (positions): the sinusoidal table's shift matrix, RoPE's scores with
 the interleaved layout, and ALiBi's bias when the queries are the last positions."""
 
-from __future__ import annotations
-
+import functools
 import math
 from collections.abc import Callable
 
@@ -12,9 +11,8 @@ from .. import attention as A
 from .. import positions as POS
 from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expect_shape, passed
 
+
 # --------------------------------------------------------------------------- sinusoidal shift
-
-
 def _shift(k, d, base, *, two=True, sign=-1.0, layout="interleaved", cos_sin=True, freq=True):
     """A shift matrix built the right way (defaults) or with one realistic mistake."""
     i = np.arange(d // 2)
@@ -33,66 +31,39 @@ def _shift(k, d, base, *, two=True, sign=-1.0, layout="interleaved", cos_sin=Tru
 def check_sinusoidal_shift(shift_fn: Callable[[int, int, float], np.ndarray]) -> None:
     """Exercise (notebook 09): the matrix R_k with PE[p + k] = PE[p] @ R_k for every p."""
     name = "sinusoidal_shift"
+    refuse = (("lib.positions", "sinusoidal_shift", "POS.sinusoidal_shift"),)
     # The last case, d_model = 64: its slowest pairs turn by 10000^(-62/64), about 1.3e-4
     # radians per position, too slowly for a least-squares fit on a table of a few
     # thousand positions to pin them down (the exercise asks for the closed form).
     for k, d, base in ((3, 8, 10000.0), (5, 6, 100.0), (-2, 4, 10.0), (3, 64, 10000.0)):
-        refuse = (("lib.positions", "sinusoidal_shift", "POS.sinusoidal_shift"),)
         got = as_array(call(shift_fn, name, k, d, base, refuse=refuse), name)
         expect_shape(got, (d, d), name, "a (d_model, d_model) matrix")
         expected = POS.sinusoidal_shift(k, d, base)
         if close(got, expected, 1e-9):
             continue
         at = f"(k={k}, d_model={d}, base={base:g})"
-        diagnose(
-            got,
-            [
-                (
-                    expected.T,
-                    f"{name}: your matrix moves positions by -k {at}: it is the map for column "
-                    "vectors, R PE[p]; with row vectors, PE[p] @ R, the sines change sign "
-                    "(transpose it).",
-                ),
-                (
-                    _shift(k, d, base, two=False),
-                    f"{name}: the frequencies are base^(-2i / d_model) for pair i, the exponent "
-                    f"of the table's columns 2i and 2i+1; yours use -i / d_model {at}.",
-                ),
-                (
-                    _shift(k, d, base, sign=1.0),
-                    f"{name}: the exponent's sign is flipped {at}: frequencies fall from 1 "
-                    "radian per position, base^(-2i / d_model), they do not grow.",
-                ),
-                (
-                    lambda: _shift(k, d, 10000.0) if base != 10000.0 else None,
-                    f"{name}: you used the base 10000 instead of the base passed in {at}.",
-                ),
-                (
-                    _shift(k + 1, d, base),
-                    f"{name}: your matrix shifts by k + 1 {at}; PE[p] @ R must be PE[p + k].",
-                ),
-                (
-                    _shift(k - 1, d, base),
-                    f"{name}: your matrix shifts by k - 1 {at}; PE[p] @ R must be PE[p + k].",
-                ),
-                (
-                    _shift(k, d, base, layout="half"),
-                    f"{name}: the table interleaves sin and cos (columns 2i and 2i+1 share a "
-                    f"frequency); you paired column i with i + d_model/2 {at}.",
-                ),
-                (
-                    _shift(k, d, base, cos_sin=False),
-                    f"{name}: cos(k w) and sin(k w) are swapped {at}: cos goes on the diagonal "
-                    "of each 2 x 2 block (for k = 0 the matrix must be the identity).",
-                ),
-                (
-                    _shift(k, d, base, freq=False),
-                    f"{name}: every pair turns by the same angle k {at}; pair i turns by k "
-                    "times its own frequency w_i.",
-                ),
-            ],
-            tol=1e-9,
-        )
+
+        def shifted(k=k, base=base, **mistake):
+            return _shift(k, d, base, **mistake)
+
+        mistakes = {
+            f"your matrix moves positions by -k {at}: it is the map for column vectors, R PE[p]; "
+            "with row vectors, PE[p] @ R, the sines change sign (transpose it).": expected.T,
+            "the frequencies are base^(-2i / d_model) for pair i, the exponent of the table's "
+            f"columns 2i and 2i+1; yours use -i / d_model {at}.": shifted(two=False),
+            f"the exponent's sign is flipped {at}: frequencies fall from 1 radian per "
+            "position, base^(-2i / d_model), they do not grow.": shifted(sign=1.0),
+            f"you used the base 10000 instead of the base passed in {at}.": shifted(base=10000.0),
+            f"your matrix shifts by k + 1 {at}; PE[p] @ R must be PE[p + k].": shifted(k + 1),
+            f"your matrix shifts by k - 1 {at}; PE[p] @ R must be PE[p + k].": shifted(k - 1),
+            "the table interleaves sin and cos (columns 2i and 2i+1 share a frequency); you "
+            f"paired column i with i + d_model/2 {at}.": shifted(layout="half"),
+            f"cos(k w) and sin(k w) are swapped {at}: cos goes on the diagonal of each 2 x 2 "
+            "block (for k = 0 the matrix must be the identity).": shifted(cos_sin=False),
+            f"every pair turns by the same angle k {at}; pair i turns by k "
+            "times its own frequency w_i.": shifted(freq=False),
+        }
+        diagnose(got, name, mistakes, tol=1e-9)
         # A fit to the table: right on the positions it saw, yet not the rotation matrix.
         blocks = np.kron(np.eye(d // 2), np.ones((2, 2))).astype(bool)
         seen = POS.sinusoidal_table(100 + abs(k), d, base)
@@ -116,122 +87,81 @@ def check_sinusoidal_shift(shift_fn: Callable[[int, int, float], np.ndarray]) ->
 
 
 # --------------------------------------------------------------------------- RoPE scores
-
-
 def _turn(x, base, layout="interleaved", start=0, direction=1.0, two=True):
     """x (..., n, d_k) turned as RoPE does, or with one realistic mistake."""
     n, d = x.shape[-2:]
     i = np.arange(d // 2)
     angles = (np.arange(n) + start)[:, None] * base ** (-(2 * i if two else i) / d)[None, :]
     c, s = np.cos(angles), direction * np.sin(angles)
+    first, second = (
+        (slice(0, d, 2), slice(1, d, 2))
+        if layout == "interleaved"
+        else (slice(0, d // 2), slice(d // 2, d))
+    )
     out = np.empty_like(x)
-    if layout == "interleaved":
-        a, b = x[..., 0::2], x[..., 1::2]
-        out[..., 0::2], out[..., 1::2] = a * c - b * s, b * c + a * s
-    else:
-        a, b = x[..., : d // 2], x[..., d // 2 :]
-        out[..., : d // 2], out[..., d // 2 :] = a * c - b * s, b * c + a * s
+    out[..., first] = x[..., first] * c - x[..., second] * s
+    out[..., second] = x[..., second] * c + x[..., first] * s
     return out
 
 
-def _scores(q, k, scale=True):
-    s = q @ np.swapaxes(k, -1, -2)
-    return s / math.sqrt(q.shape[-1]) if scale else s
-
-
-def _rope_cases():
-    rng = np.random.default_rng(90)
-    yield rng.normal(size=(5, 6)), rng.normal(size=(5, 6)), 1000.0  # (n, d_k)
-    yield rng.normal(size=(2, 3, 7, 8)), rng.normal(size=(2, 3, 7, 8)), 100.0  # (b, h, n, d_k)
-
-
-# lib's RoPE, which exercise 2 asks the student to write: raises while their function runs.
-_LIB_ROPE = (
-    ("lib.positions", "rope_rotate", "POS.rope_rotate"),
-    ("lib.positions", "RoPE.rotate", "POS.RoPE"),
-)
+def _scores(q, k):
+    return q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
 
 
 @exercise
 def check_rope_scores(scores_fn: Callable[[np.ndarray, np.ndarray, float], np.ndarray]) -> None:
     """Exercise (notebook 09): RoPE with the interleaved layout, then q k^T / sqrt(d_k)."""
     name = "rope_scores"
-    for q, k, base in _rope_cases():
-        n = q.shape[-2]
-        got = as_array(call(scores_fn, name, q.copy(), k.copy(), base, refuse=_LIB_ROPE), name)
-        expect_shape(got, q.shape[:-1] + (n,), name, "scores (..., n, n)")
-        expected = _scores(_turn(q, base), _turn(k, base))
+    refuse = (
+        ("lib.positions", "rope_rotate", "POS.rope_rotate"),
+        ("lib.positions", "RoPE.rotate", "POS.RoPE"),
+    )
+    rng = np.random.default_rng(90)
+    for shape, base in (((5, 6), 1000.0), ((2, 3, 7, 8), 100.0)):  # (n, d_k), (b, h, n, d_k)
+        q, k = rng.normal(size=shape), rng.normal(size=shape)
+        got = as_array(call(scores_fn, name, q, k, base, refuse=refuse), name)
+        expect_shape(got, shape[:-1] + (shape[-2],), name, "scores (..., n, n)")
+        turned_q, turned_k = _turn(q, base), _turn(k, base)
+        expected = _scores(turned_q, turned_k)
         if close(got, expected, 1e-9):
             continue
-        at = f"(q and k of shape {q.shape}, base={base:g})"
         half_q, half_k = _turn(q, base, "half"), _turn(k, base, "half")
-        diagnose(
-            got,
-            [
-                (
-                    _scores(half_q, half_k),
-                    f"{name}: you paired coordinate i with i + d_k/2 (the half-split layout "
-                    "of Llama in transformers); this exercise pairs neighbours, 2i with 2i+1.",
-                ),
-                (
-                    _scores(half_q, _turn(k, base)),
-                    f"{name}: q is turned with the half-split pairs and k with the interleaved "
-                    "ones; q and k must be paired the same way, or the scores stop depending "
-                    "on the offset alone.",
-                ),
-                (
-                    _scores(_turn(q, base), half_k),
-                    f"{name}: k is turned with the half-split pairs and q with the interleaved "
-                    "ones; q and k must be paired the same way, or the scores stop depending "
-                    "on the offset alone.",
-                ),
-                (
-                    _scores(q, k),
-                    f"{name}: nothing is turned: these are the plain scores {at}; rotate q and "
-                    "k by their positions first.",
-                ),
-                (
-                    _scores(_turn(q, base), k),
-                    f"{name}: only q is turned; turn k by its positions too (the offset appears "
-                    "only when both are turned).",
-                ),
-                (
-                    _scores(q, _turn(k, base)),
-                    f"{name}: only k is turned; turn q by its positions too (the offset appears "
-                    "only when both are turned).",
-                ),
-                (
-                    _scores(_turn(q, base, direction=-1.0), _turn(k, base, direction=-1.0)),
-                    f"{name}: your rotation turns the wrong way: a pair (a, b) at angle t "
-                    "becomes (a cos t - b sin t, b cos t + a sin t).",
-                ),
-                (
-                    _scores(_turn(q, base, two=False), _turn(k, base, two=False)),
-                    f"{name}: pair i turns at base^(-2i / d_k); your frequencies use -i / d_k.",
-                ),
-                (
-                    lambda: (
-                        _scores(_turn(q, 10000.0), _turn(k, 10000.0)) if base != 10000.0 else None
-                    ),
-                    f"{name}: you used the base 10000 instead of the base passed in {at}.",
-                ),
-                (
-                    _scores(_turn(q, base, start=1), _turn(k, base)),
-                    f"{name}: q's positions start at 1 and k's at 0; both count from 0 (an "
-                    "offset of one on both would change nothing, only the offset counts).",
-                ),
-                (
-                    _scores(_turn(q, base), _turn(k, base, start=1)),
-                    f"{name}: k's positions start at 1 and q's at 0; both count from 0 (an "
-                    "offset of one on both would change nothing, only the offset counts).",
-                ),
-                (
-                    _scores(_turn(q, base), _turn(k, base), scale=False),
-                    f"{name}: the scores are not scaled; divide q k^T by sqrt(d_k) as usual.",
-                ),
-            ],
-            tol=1e-9,
-        )
+        at = f"(q and k of shape {q.shape}, base={base:g})"
+
+        unscaled = expected * math.sqrt(shape[-1])
+
+        def both(base=base, **mistake):  # q and k turned with the same mistake
+            return _scores(_turn(q, base, **mistake), _turn(k, base, **mistake))
+
+        mistakes = {
+            "you paired coordinate i with i + d_k/2 (the half-split layout of Llama in "
+            "transformers); this exercise pairs neighbours, 2i with 2i+1.": both(layout="half"),
+            "q is turned with the half-split pairs and k with the interleaved "
+            "ones; q and k must be paired the same way, or the scores stop "
+            "depending on the offset alone.": _scores(half_q, turned_k),
+            "k is turned with the half-split pairs and q with the interleaved "
+            "ones; q and k must be paired the same way, or the scores stop "
+            "depending on the offset alone.": _scores(turned_q, half_k),
+            f"nothing is turned: these are the plain scores {at}; "
+            "rotate q and k by their positions first.": _scores(q, k),
+            "only q is turned; turn k by its positions too (the offset "
+            "appears only when both are turned).": _scores(turned_q, k),
+            "only k is turned; turn q by its positions too (the offset "
+            "appears only when both are turned).": _scores(q, turned_k),
+            "your rotation turns the wrong way: a pair (a, b) at "
+            "angle t becomes (a cos t - b sin t, b cos t + a sin "
+            "t).": both(direction=-1.0),
+            "pair i turns at base^(-2i / d_k); your frequencies use -i / d_k.": both(two=False),
+            f"you used the base 10000 instead of the base passed in {at}.": both(base=10000.0),
+            "q's positions start at 1 and k's at 0; both count from 0 "
+            "(an offset of one on both would change nothing, only the "
+            "offset counts).": _scores(_turn(q, base, start=1), turned_k),
+            "k's positions start at 1 and q's at 0; both count from 0 "
+            "(an offset of one on both would change nothing, only the "
+            "offset counts).": _scores(turned_q, _turn(k, base, start=1)),
+            "the scores are not scaled; divide q k^T by sqrt(d_k) as usual.": unscaled,
+        }
+        diagnose(got, name, mistakes, tol=1e-9)
         raise CheckFailed(
             f"{name}: wrong values {at}; turn pair (2i, 2i+1) of the row at position p by "
             "p base^(-2i / d_k), in q and in k, then take q k^T / sqrt(d_k)."
@@ -240,21 +170,13 @@ def check_rope_scores(scores_fn: Callable[[np.ndarray, np.ndarray, float], np.nd
 
 
 # --------------------------------------------------------------------------- ALiBi bias
-
-
-def _bias(n_q, n_k, slopes, *, offset=True, sign=-1.0, plus=0, absolute=True, reverse=False):
+def _bias(n_q, n_k, slopes, *, offset=True, plus=0, absolute=True, reverse=False):
     """ALiBi's bias (heads, n_q, n_k), or one realistic mistake."""
     slopes = np.asarray(slopes, dtype=float)[::-1] if reverse else np.asarray(slopes, float)
     i = np.arange(n_q) + (n_k - n_q if offset else 0)
     d = i[:, None] - np.arange(n_k)[None, :]
     d = np.abs(d) if absolute else d
-    return sign * slopes[:, None, None] * (d + plus)[None]
-
-
-def _alibi_cases():
-    yield 4, 6, POS.alibi_slopes(3)  # (heads, n_q, n_k) = (3, 4, 6)
-    yield 5, 5, np.array([0.5, 0.1])
-    yield 1, 7, POS.alibi_slopes(4)  # one new query with six cached keys
+    return -slopes[:, None, None] * (d + plus)[None]
 
 
 @exercise
@@ -262,10 +184,15 @@ def check_alibi_bias(bias_fn: Callable[[int, int, np.ndarray], np.ndarray]) -> N
     """Exercise (notebook 09): ALiBi's bias (heads, n_q, n_k), queries the last n_q positions;
     only the entries a causal query may attend to are compared."""
     name = "alibi_bias"
-    for n_q, n_k, slopes in _alibi_cases():
+    refuse = (("lib.positions", "alibi_bias", "POS.alibi_bias"),)
+    # (heads, n_q, n_k) = (3, 4, 6), (2, 5, 5), and one new query with six cached keys
+    for n_q, n_k, slopes in (
+        (4, 6, POS.alibi_slopes(3)),
+        (5, 5, np.array([0.5, 0.1])),
+        (1, 7, POS.alibi_slopes(4)),
+    ):
         h = len(slopes)
-        refuse = (("lib.positions", "alibi_bias", "POS.alibi_bias"),)
-        got = as_array(call(bias_fn, name, n_q, n_k, slopes.copy(), refuse=refuse), name)
+        got = as_array(call(bias_fn, name, n_q, n_k, slopes, refuse=refuse), name)
         if got.shape == (n_q, n_k, h) != (h, n_q, n_k):
             raise CheckFailed(
                 f"{name}: the heads axis comes first: expected (heads, n_q, n_k) = "
@@ -277,42 +204,23 @@ def check_alibi_bias(bias_fn: Callable[[int, int, np.ndarray], np.ndarray]) -> N
         if close(got[seen], expected[seen], 1e-12):
             continue
         at = f"(n_q={n_q}, n_k={n_k}, {h} heads)"
-
-        def allowed(wrong):
-            return wrong[seen]
-
-        diagnose(
-            got[seen],
-            [
-                (
-                    allowed(-expected),
-                    f"{name}: the sign is flipped: ALiBi lowers the score of far keys, "
-                    "-slope x distance, so that near keys win.",
-                ),
-                (
-                    allowed(_bias(n_q, n_k, slopes, offset=False)),
-                    f"{name}: your queries sit at positions 0..n_q-1; they are the last n_q "
-                    f"positions, n_k - n_q onwards (as in A.causal_mask(n_q, n_k)) {at}.",
-                ),
-                (
-                    allowed(_bias(n_q, n_k, slopes, offset=False, absolute=False)),
-                    f"{name}: your bias differs from ALiBi's by a constant on each query row "
-                    f"{at}, as if the queries started at position 0: the softmax would not "
-                    "notice, but a query's bias on itself must be 0, and the queries are the "
-                    "last n_q positions.",
-                ),
-                (
-                    allowed(_bias(n_q, n_k, slopes, plus=1)),
-                    f"{name}: off by one: a query's distance to itself is 0, so its own key "
-                    "gets bias 0 and the key one step back -slope.",
-                ),
-                (
-                    allowed(_bias(n_q, n_k, slopes, reverse=True)),
-                    f"{name}: the slopes go to the heads in reverse order; head h gets slopes[h].",
-                ),
-            ],
-            tol=1e-12,
-        )
+        bias = functools.partial(_bias, n_q, n_k, slopes)
+        reverse = bias(reverse=True)
+        mistakes = {
+            "the sign is flipped: ALiBi lowers the score of far keys, "
+            "-slope x distance, so that near keys win.": -expected,
+            "your queries sit at positions 0..n_q-1; they are the last n_q positions, n_k - n_q "
+            f"onwards (as in A.causal_mask(n_q, n_k)) {at}.": bias(offset=False),
+            f"your bias differs from ALiBi's by a constant on each query row {at}, "
+            "as if the queries started at position 0: the softmax would not notice, "
+            "but a query's bias on itself must be 0, and the queries are the last "
+            "n_q positions.": bias(offset=False, absolute=False),
+            "off by one: a query's distance to itself is 0, so its own key gets bias "
+            "0 and the key one step back -slope.": bias(plus=1),
+            "the slopes go to the heads in reverse order; head h gets slopes[h].": reverse,
+        }
+        mistakes = {message: wrong[seen] for message, wrong in mistakes.items()}
+        diagnose(got[seen], name, mistakes, tol=1e-12)
         difference = got - expected
         if np.all(np.isfinite(got[seen])) and all(
             np.ptp(difference[hh, r][seen[hh, r]]) < 1e-9 for hh in range(h) for r in range(n_q)

@@ -1,5 +1,6 @@
-"""Unit and bad-input tests for lib.attention (NumPy attention)."""
+"""Unit tests for lib.attention (NumPy attention); its bad inputs are in test_bad_inputs.py."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,6 +15,8 @@ from tolerances import (
 
 from lib import attention as A
 from lib import rounding as R
+
+BIASES = ("b_q", "b_k", "b_v", "b_o")
 
 
 @pytest.fixture
@@ -56,14 +59,6 @@ def test_softmax_does_not_modify_its_input(rng):
     np.testing.assert_array_equal(x, before)
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_softmax_rejects_nan_and_plus_inf_naming_where(bad):
-    x = np.zeros((2, 3))
-    x[1, 2] = bad
-    with pytest.raises(ValueError, match=r"NaN or \+inf.*\(1, 2\)"):
-        A.softmax(x)
-
-
 def test_softmax_keeps_float32():
     assert A.softmax(np.ones(3, dtype=np.float32)).dtype == np.float32
 
@@ -78,23 +73,12 @@ def test_causal_mask_square_and_rectangular():
         A.causal_mask(2, 4), [[True, True, True, False], [True, True, True, True]]
     )
     assert A.causal_mask(0).shape == (0, 0) and A.causal_mask(2, 0).shape == (2, 0)
-    with pytest.raises(ValueError, match="n_q must be an integer >= 0, got -1"):
-        A.causal_mask(-1)
 
 
 def test_padding_mask_shape_and_values():
     m = A.padding_mask([2, 0, 3], 3)
     assert m.shape == (3, 1, 1, 3) and m.dtype == bool
     np.testing.assert_array_equal(m[:, 0, 0], [[1, 1, 0], [0, 0, 0], [1, 1, 1]])
-
-
-@pytest.mark.parametrize(
-    "lengths, match",
-    [([4, 6], r"\[0, n_k=5\], got \[6\]"), ([-1], r"got \[-1\]"), ([1.5], "integers")],
-)
-def test_padding_mask_rejects_bad_lengths(lengths, match):
-    with pytest.raises(ValueError, match=match):
-        A.padding_mask(lengths, 5)
 
 
 def test_combined_mask_broadcasts():
@@ -138,44 +122,26 @@ def test_sdpa_float32_stays_float32(rng):
     assert out.dtype == np.float32 and w.dtype == np.float32
 
 
-def test_sdpa_integer_inputs_are_promoted():
+def test_sdpa_promotes_as_numpy_does(rng):
+    """Integers become float64; float32 with float64 is computed in float64 (exactly the
+    answer on float64 copies)."""
     q = np.array([[1, 0], [0, 1]])
-    out, w = A.scaled_dot_product_attention(q, q, q)
-    assert out.dtype == np.float64
+    assert A.scaled_dot_product_attention(q, q, q)[0].dtype == np.float64
+    q = rng.normal(size=(3, 2)).astype(np.float32)
+    k, v = rng.normal(size=(4, 2)), rng.normal(size=(4, 3))
+    out, w = A.scaled_dot_product_attention(q, k, v)
+    assert out.dtype == w.dtype == np.float64
+    want = A.scaled_dot_product_attention(q.astype(np.float64), k, v)[0]
+    np.testing.assert_array_equal(out, want)
 
 
-def test_sdpa_bad_inputs_name_the_shapes(rng):
-    q, k = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 6))
-    with pytest.raises(ValueError, match=r"\(2, 3, 4\).*\(2, 5, 6\)"):
-        A.scaled_dot_product_attention(q, k, k)
-    k = rng.normal(size=(2, 5, 4))
-    with pytest.raises(ValueError, match=r"k is \(2, 5, 4\), v is \(2, 6, 4\)"):
-        A.scaled_dot_product_attention(q, k, rng.normal(size=(2, 6, 4)))
-    with pytest.raises(ValueError, match=r"at least 2 axes.*\(4,\)"):
-        A.scaled_dot_product_attention(np.ones(4), k, k)
-
-
-def test_sdpa_mask_that_cannot_broadcast(rng):
-    q = rng.normal(size=(2, 3, 4))
-    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) cannot broadcast.*\(2, 3, 3\)"):
-        A.scaled_dot_product_attention(q, q, q, A.causal_mask(4))
-    # A mask that would broadcast the scores to a *bigger* shape is also an error.
-    with pytest.raises(ValueError, match=r"\(5, 3, 3\) cannot broadcast"):
-        A.scaled_dot_product_attention(q[0], q[0], q[0], np.ones((5, 3, 3), dtype=bool))
-
-
-def test_sdpa_non_boolean_mask_is_rejected(rng):
-    q = rng.normal(size=(3, 4))
-    with pytest.raises(ValueError, match="mask must be boolean.*float64"):
-        A.scaled_dot_product_attention(q, q, q, np.tril(np.ones((3, 3))))
-
-
-def test_sdpa_rejects_nan_input(rng):
-    q = rng.normal(size=(3, 4))
-    k = q.copy()
-    k[2, 1] = np.nan
-    with pytest.raises(ValueError, match=r"k contains NaN or inf \(first at index \(2, 1\)"):
-        A.scaled_dot_product_attention(q, k, q)
+def test_a_query_with_no_keys():
+    out, w = A.scaled_dot_product_attention(
+        np.ones((2, 3, 4)), np.ones((2, 0, 4)), np.ones((2, 0, 5))
+    )
+    assert out.shape == (2, 3, 5) and w.shape == (2, 3, 0)
+    np.testing.assert_array_equal(out, 0.0)
+    assert A.softmax(np.zeros((3, 0))).shape == (3, 0)
 
 
 # --------------------------------------------------------------------------- heads
@@ -189,17 +155,6 @@ def test_split_heads_layout():
     np.testing.assert_array_equal(A.merge_heads(s), x)
 
 
-def test_split_heads_errors():
-    with pytest.raises(
-        ValueError, match=r"d_model=6 is not divisible by n_heads=4.*\[1, 2, 3, 6\]"
-    ):
-        A.split_heads(np.zeros((1, 2, 6)), 4)
-    with pytest.raises(ValueError, match=r"\(batch, seq, d_model\), got shape \(2, 6\)"):
-        A.split_heads(np.zeros((2, 6)), 2)
-    with pytest.raises(ValueError, match=r"got shape \(2, 6\)"):
-        A.merge_heads(np.zeros((2, 6)))
-
-
 # --------------------------------------------------------------------------- parameters
 
 
@@ -210,30 +165,22 @@ def test_count_params(d, h, bias):
     assert A.count_params(p) == 4 * d * d + (4 * d if bias else 0)
 
 
+def test_has_bias_cannot_disagree_with_the_fields():
+    rng = np.random.default_rng(0)
+    with_b, without = A.init_mha_params(4, 2, rng, bias=True), A.init_mha_params(4, 2, rng)
+    assert with_b.has_bias and all(getattr(with_b, n) is not None for n in BIASES)
+    assert not without.has_bias and all(getattr(without, n) is None for n in BIASES)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        with_b.b_k = None
+    with pytest.raises(ValueError, match="without b_k: pass zeros"):
+        dataclasses.replace(with_b, b_k=None)
+
+
 def test_init_is_seeded_and_typed():
     a = A.init_mha_params(8, 2, np.random.default_rng(3), dtype=np.float32)
     b = A.init_mha_params(8, 2, np.random.default_rng(3), dtype=np.float32)
     np.testing.assert_array_equal(a.W_o, b.W_o)
     assert a.W_q.dtype == np.float32 and a.b_q is None
-
-
-def test_init_rejects_indivisible_heads():
-    with pytest.raises(
-        ValueError, match=r"d_model=10 is not divisible by n_heads=4.*\[1, 2, 5, 10\]"
-    ):
-        A.init_mha_params(10, 4, np.random.default_rng(0))
-    with pytest.raises(ValueError, match="n_heads must be an integer >= 1, got 0"):
-        A.init_mha_params(8, 0, np.random.default_rng(0))
-
-
-def test_params_reject_wrong_shapes():
-    W = np.zeros((4, 4))
-    with pytest.raises(
-        ValueError, match=r"W_o must be \(d_model, d_model\) = \(4, 4\), got \(4, 3\)"
-    ):
-        A.MHAParams(W, W, W, np.zeros((4, 3)), n_heads=2)
-    with pytest.raises(ValueError, match=r"b_k must have shape \(d_model,\) = \(4,\), got \(3,\)"):
-        A.MHAParams(W, W, W, W, 2, np.zeros(4), np.zeros(3), np.zeros(4), np.zeros(4))
 
 
 # --------------------------------------------------------------------------- multi-head
@@ -274,23 +221,3 @@ def test_mha_fully_masked_query_outputs_the_output_bias(rng):
         out, w = fn(x, x, p, mask)
         np.testing.assert_array_equal(out[0, 0], p.b_o)  # 0 @ W_o + b_o: exact
         np.testing.assert_array_equal(w[0, :, 0], 0.0)
-
-
-def test_mha_bad_inputs(rng):
-    p = A.init_mha_params(8, 2, rng)
-    x = rng.normal(size=(2, 3, 8))
-    with pytest.raises(ValueError, match=r"x_kv has d_model=6 \(shape \(2, 5, 6\)\).*d_model=8"):
-        A.multi_head_attention(x, rng.normal(size=(2, 5, 6)), p)
-    with pytest.raises(ValueError, match=r"different batch sizes: \(2, 3, 8\) and \(3, 3, 8\)"):
-        A.multi_head_attention(x, rng.normal(size=(3, 3, 8)), p)
-    with pytest.raises(ValueError, match=r"x_q \(2, 3, 8\) and x_kv \(3, 8\)"):
-        A.multi_head_attention(x, x[0], p)
-    for fn in (A.multi_head_attention, A.multi_head_attention_per_head):
-        with pytest.raises(ValueError, match=r"mask of shape \(2, 3, 4\) cannot broadcast"):
-            fn(x, x, p, np.ones((2, 3, 4), dtype=bool))
-    with pytest.raises(ValueError, match=r"\(1, 1, 1, 3, 3\) cannot broadcast"):
-        A.multi_head_attention(x, x, p, np.ones((1, 1, 1, 3, 3), dtype=bool))
-    x_bad = x.copy()
-    x_bad[1, 2, 3] = np.inf
-    with pytest.raises(ValueError, match=r"x_q contains NaN or inf \(first at index \(1, 2, 3\)"):
-        A.multi_head_attention(x_bad, x, p)

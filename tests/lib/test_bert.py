@@ -226,7 +226,6 @@ def test_shipped_files_and_checksum():
     for name in B.MODEL_FILES:
         assert (folder / name).is_file(), name
     assert B.sha256_of(folder / "model.safetensors") == B.MODEL_SHA256
-    B.verify_weights(folder / "model.safetensors")  # no error
 
 
 def test_tampered_weights_are_refused(tmp_path):
@@ -240,15 +239,15 @@ def test_tampered_weights_are_refused(tmp_path):
         byte = f.read(1)
         f.seek(-1, os.SEEK_CUR)
         f.write(bytes([byte[0] ^ 0xFF]))
-    with pytest.raises(B.ModelIntegrityError, match="refusing to load.*SHA-256") as info:
+    with pytest.raises(ValueError, match="refusing to load.*SHA-256") as info:
         B.load_weights(copy_path, folder / "config.json")
     assert B.MODEL_SHA256 in str(info.value)
-    assert isinstance(info.value, ValueError)
 
 
-def test_wrong_expected_checksum_is_refused():
-    with pytest.raises(B.ModelIntegrityError, match="published value is 00"):
-        B.verify_weights(B.model_dir() / "model.safetensors", "00" * 32)
+def test_wrong_expected_checksum_is_refused(monkeypatch):
+    monkeypatch.setattr(B, "MODEL_SHA256", "00" * 32)
+    with pytest.raises(ValueError, match="published value is 00"):
+        B.load_weights()
 
 
 def test_config_and_parameter_count(model32):
@@ -290,7 +289,7 @@ def test_tokenizer_refuses_too_long_sentences(model32):
 
 
 def test_tokenize_bad_input(model32):
-    for bad in ([], [1, 2], None):
+    for bad in ([], [1, 2], None, "a sentence, not a list"):
         with pytest.raises(ValueError, match="non-empty list of strings"):
             model32.tokenize(bad)
 
@@ -490,7 +489,7 @@ def test_forward_with_gelu_tanh_matches_transformers_gelu_new(model64, reference
     for layer in tanh_model.encoder.layer:  # what BertIntermediate builds for "gelu_new"
         layer.intermediate.intermediate_act_fn = ACT2FN["gelu_new"]
     batch = model64.tokenize(BATCH)
-    out = B.bert_forward(model64.weights, batch.input_ids, batch.attention_mask, None, B.gelu_tanh)
+    out = B.bert_forward(model64.weights, batch.input_ids, batch.attention_mask, B.gelu_tanh)
     with torch.no_grad():
         ref = tanh_model(
             input_ids=torch.tensor(batch.input_ids),
@@ -511,11 +510,6 @@ def test_forward_with_gelu_tanh_matches_transformers_gelu_new(model64, reference
         exact = B.encoder_layer(layer, x, key_mask, eps)[0]
         tanh = B.encoder_layer(layer, x, key_mask, eps, B.gelu_tanh)[0]
         assert (np.abs(exact - tanh) > bounds[0] + bounds[1]).any(), i
-
-
-def test_forward_refuses_an_unknown_activation(model32):
-    with pytest.raises(ValueError, match="activation must be lib.bert.gelu"):
-        B.bert_forward(model32.weights, np.array([[101, 102]]), activation=np.tanh)
 
 
 def test_layer_norm():
@@ -540,14 +534,14 @@ def test_layer_norm():
 
 def test_token_ids_out_of_range(model32):
     w = model32.weights
-    with pytest.raises(ValueError, match=r"token id 30522 at position \(0, 2\).*\[0, 30522\)"):
+    with pytest.raises(ValueError, match=r"must lie in \[0, 30522\), got 101 to 30522"):
         B.bert_forward(w, np.array([[101, 2000, 30522, 102]]))
-    with pytest.raises(ValueError, match="token id -1"):
+    with pytest.raises(ValueError, match="got -1 to 102"):
         B.bert_forward(w, np.array([101, -1, 102]))
 
 
 def test_token_ids_must_be_integers(model32):
-    with pytest.raises(ValueError, match="must be integers.*float64"):
+    with pytest.raises(ValueError, match=r"must be integer token ids.*float64 of shape \(1, 2\)"):
         B.bert_forward(model32.weights, np.array([[101.0, 102.0]]))
     with pytest.raises(ValueError, match=r"\(batch, n\) or \(n,\)"):
         B.bert_forward(model32.weights, np.zeros((1, 2, 3), dtype=np.int64))
@@ -563,38 +557,7 @@ def test_mask_shape_mismatch(model32):
         B.bert_forward(model32.weights, ids, np.ones(3, bool))
 
 
-def test_mask_values(model32):
-    ids = np.array([[101, 2000, 102]])
-    with pytest.raises(ValueError, match="boolean or 0/1"):
-        B.bert_forward(model32.weights, ids, np.array([[1, 2, 1]]))
-    with pytest.raises(ValueError, match="boolean or 0/1"):
-        B.bert_forward(model32.weights, ids, np.array([[1.0, 1.0, 0.0]]))
-    with pytest.raises(ValueError, match="row 1 has no real token"):
-        B.bert_forward(model32.weights, np.vstack([ids, ids]), np.array([[1, 1, 1], [0, 0, 0]]))
-
-
 def test_too_many_positions(model32):
     ids = np.full((1, 513), 1000)
-    with pytest.raises(ValueError, match="513 tokens.*only 512 positions"):
+    with pytest.raises(ValueError, match=r"n <= 512, got int64 of shape \(1, 513\)"):
         B.bert_forward(model32.weights, ids)
-
-
-def test_token_type_ids(model32):
-    ids = np.array([[101, 2000, 102]])
-    with pytest.raises(ValueError, match=r"token_type_ids must lie in \[0, 2\)"):
-        B.bert_forward(model32.weights, ids, token_type_ids=np.array([[0, 2, 0]]))
-    with pytest.raises(ValueError, match="shaped like input_ids"):
-        B.bert_forward(model32.weights, ids, token_type_ids=np.array([[0, 0]]))
-    default = B.bert_forward(model32.weights, ids)
-    zeros = B.bert_forward(model32.weights, ids, token_type_ids=np.zeros((1, 3), np.int64))
-    np.testing.assert_array_equal(default.hidden_states, zeros.hidden_states)
-
-
-def test_mean_pool_bad_shapes():
-    with pytest.raises(ValueError, match=r"\(batch, n, d\).*\(2, 3, 4\) and \(2, 4\)"):
-        B.mean_pool(np.zeros((2, 3, 4)), np.ones((2, 4), bool))
-
-
-def test_load_weights_bad_dtype():
-    with pytest.raises(ValueError, match="float32 or float64, got float16"):
-        B.load_weights(dtype=np.float16)

@@ -49,12 +49,6 @@ def test_softmax_gives_masked_entries_zero_and_all_masked_row_zeros():
     assert L.softmax([float("-inf")] * 3) == [0.0, 0.0, 0.0]
 
 
-@pytest.mark.parametrize("bad", [[float("nan"), 1.0], [float("inf"), 0.0]])
-def test_softmax_rejects_nan_and_plus_inf(bad):
-    with pytest.raises(ValueError, match=r"softmax input contains NaN or \+inf"):
-        L.softmax(bad)
-
-
 def test_softmax_of_no_keys_is_empty():
     assert L.softmax([]) == []
 
@@ -111,8 +105,32 @@ def test_multi_head_rejects_indivisible_heads():
     rng = random.Random(0)
     X = L.random_matrix(2, 6, rng)
     W = L.random_matrix(6, 6, rng)
-    with pytest.raises(ValueError, match="d_model=6 is not divisible by n_heads=4"):
+    with pytest.raises(ValueError, match=r"divides d_model=6, got 4; valid .* \[1, 2, 3, 6\]"):
         L.multi_head_attention(X, X, W, W, W, W, 4)
+    with pytest.raises(ValueError, match="divides d_model=6, got 3.0"):
+        L.multi_head_attention(X, X, W, W, W, W, 3.0)
+
+
+def test_multi_head_rejects_mismatched_widths():
+    rng = random.Random(0)
+    X, W = L.random_matrix(2, 6, rng), L.random_matrix(6, 6, rng)
+    with pytest.raises(ValueError, match=r"W_o must be \(d_model, d_model\) = \(6, 6\)"):
+        L.multi_head_attention(X, X, W, W, W, L.random_matrix(6, 5, rng), 2)
+    with pytest.raises(ValueError, match=r"X_kv has d_model=5 \(shape \(2, 5\)\)"):
+        L.multi_head_attention(X, L.random_matrix(2, 5, rng), W, W, W, W, 2)
+
+
+@pytest.mark.parametrize("bad", [[[0.0, float("-inf")]], [[1, 0]]])
+def test_non_boolean_masks_are_refused_with_the_conversion(bad):
+    Q = K = V = [[1.0], [2.0]]
+    with pytest.raises(ValueError, match=r"mask must be boolean.*\[\[x == 0 for x in row\]"):
+        L.attention(Q[:1], K, V, bad)
+
+
+def test_numpy_arrays_are_refused_with_tolist():
+    np_Q = np.ones((1, 1))
+    with pytest.raises(ValueError, match=r"Q must be a list of rows \(lists\).*Q.tolist\(\)"):
+        L.attention(np_Q, [[1.0]], [[1.0]])
 
 
 def test_random_matrix_is_reproducible():
@@ -129,3 +147,11 @@ def test_lists_is_pure_python():
     code = "import sys, lib.lists; print(sorted(m for m in sys.modules if m.startswith('numpy')))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_no_queries_or_no_keys_give_empty_answers():
+    # As in lib.attention: no query gives nothing, and a query with no keys attends to nothing.
+    assert L.attention([], [[1.0]], [[2.0]]) == ([], [])
+    W = [[1.0, 0.0], [0.0, 1.0]]
+    assert L.multi_head_attention([[1.0, 2.0]], [], W, W, W, W, 2) == ([[0.0, 0.0]], [[[]]] * 2)
+    assert L.multi_head_attention([], [[1.0, 2.0]], W, W, W, W, 1) == ([], [[]])

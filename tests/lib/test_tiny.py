@@ -1,4 +1,5 @@
-"""The tiny model, its tasks, cross-entropy and Adam (lib.tiny)."""
+"""The tiny model, its tasks, cross-entropy and Adam (lib.tiny, lib.tasks); their bad inputs
+are in test_bad_inputs.py."""
 
 import numpy as np
 import pytest
@@ -49,21 +50,6 @@ def test_copy_offsets_targets():
     np.testing.assert_array_equal(targets[:, 3:, 1], ids[:, :-3])
 
 
-@pytest.mark.parametrize(
-    "call, message",
-    [
-        (lambda r: T.repeating_pattern_task(4, 6, 5, 6, r), "period must be in 1..seq_len-1"),
-        (lambda r: T.repeating_pattern_task(0, 6, 5, 2, r), "n_seqs must be an integer >= 1"),
-        (lambda r: T.copy_offsets_task(4, 6, 5, (1, 1), r), "offsets must be different"),
-        (lambda r: T.copy_offsets_task(4, 6, 5, (0, 2), r), r"1\.\.5, got \(0, 2\)"),
-        (lambda r: T.copy_offsets_task(4, 6, 1, (1,), r), "vocab_size must be an integer >= 2"),
-    ],
-)
-def test_bad_task_arguments(call, message):
-    with pytest.raises(ValueError, match=message):
-        call(np.random.default_rng(0))
-
-
 # --------------------------------------------------------------------------- loss
 
 
@@ -90,22 +76,13 @@ def test_cross_entropy_gradient_by_finite_differences():
     assert (grad[0, 1] == 0).all() and (grad[1, 2] == 0).all()
 
 
-def test_cross_entropy_bad_inputs():
-    logits = np.zeros((2, 3, 4))
-    with pytest.raises(ValueError, match=r"targets must have shape \(2, 3\).*got \(2, 4\)"):
-        T.cross_entropy(logits, np.zeros((2, 4), dtype=int))
-    with pytest.raises(ValueError, match=r"targets must be in 0\.\.3"):
-        T.cross_entropy(logits, np.full((2, 3), 4))
-    with pytest.raises(ValueError, match="all targets are -1"):
-        T.cross_entropy(logits, np.full((2, 3), -1))
-
-
 # --------------------------------------------------------------------------- the model
 
 
-@pytest.mark.parametrize("n_heads, n_slots", [(1, 1), (2, 2), (4, 3)])
+@pytest.mark.parametrize("n_heads, n_slots", [(1, 1), (4, 3)])
 def test_model_gradients_match_finite_differences(n_heads, n_slots):
-    """Every parameter, float64, against central differences (b_k: 0, see below)."""
+    """Every parameter, float64, against central differences (b_k: 0, see below), with
+    learned positions (the default; the other schemes are tested below)."""
     model = small_model(n_heads=n_heads, n_slots=n_slots)
     rng = np.random.default_rng(4)
     ids = rng.integers(0, 5, size=(3, 6))
@@ -149,18 +126,6 @@ def test_accuracy_needs_every_slot_right():
     assert T.accuracy(model, ids, targets) == 1.0
 
 
-def test_model_bad_inputs():
-    model = small_model()
-    with pytest.raises(ValueError, match=r"token ids must be in 0\.\.4, got values from 0 to 5"):
-        model.forward(np.array([[0, 5]]))
-    with pytest.raises(ValueError, match="longer than the model's max_len=7"):
-        model.forward(np.zeros((1, 8), dtype=int))
-    with pytest.raises(ValueError, match=r"ids must be integers of shape \(batch, n\)"):
-        model.forward(np.zeros((1, 3)))
-    with pytest.raises(ValueError, match="valid head counts for d_model=6 are"):
-        T.init_tiny_model(5, 7, 6, 4, 4, np.random.default_rng(0))
-
-
 # --------------------------------------------------------------------------- Adam
 
 
@@ -196,11 +161,6 @@ def test_adam_matches_algorithm_1_of_the_paper_over_several_steps():
     assert_within(params["w"], w, R.tolerance(np.float64, 3 * R.FUNCTION_DEPTH + 12, scale))
 
 
-def test_adam_refuses_a_gradient_of_the_wrong_shape():
-    with pytest.raises(ValueError, match=r"gradient of w has shape \(2,\), parameter \(3,\)"):
-        T.Adam().step({"w": np.zeros(3)}, {"w": np.zeros(2)})
-
-
 # --------------------------------------------------------------------------- training
 
 
@@ -223,7 +183,7 @@ def test_training_solves_the_repeating_pattern_task():
 # --------------------------------------------------------------------------- position schemes
 
 
-@pytest.mark.parametrize("scheme", POS.SCHEMES)
+@pytest.mark.parametrize("scheme", [s for s in POS.SCHEMES if s != "learned"])
 def test_model_gradients_with_every_position_scheme(scheme):
     """Float64 gradients of every parameter, for each scheme (b_k: 0 unless RoPE turns it)."""
     rng = np.random.default_rng(11)
@@ -248,8 +208,10 @@ def test_model_gradients_with_every_position_scheme(scheme):
 
 
 def test_the_default_scheme_is_learned_and_every_scheme_starts_from_the_same_weights():
-    models = {s: T.init_tiny_model(6, 9, 8, 2, 4, np.random.default_rng(3), positions=s)
-              for s in POS.SCHEMES}  # fmt: skip
+    models = {
+        s: T.init_tiny_model(6, 9, 8, 2, 4, np.random.default_rng(3), positions=s)
+        for s in POS.SCHEMES
+    }
     default = T.init_tiny_model(6, 9, 8, 2, 4, np.random.default_rng(3))
     assert default.positions == "learned" and default.max_len == 9
     for name, value in default.params.items():
@@ -273,8 +235,10 @@ def test_the_schemes_compute_what_they_say():
     without positions leaves the last position's logits unchanged (a set, not a sequence)."""
     rng = np.random.default_rng(4)
     ids = rng.integers(0, 5, size=(2, 6))
-    m = {s: T.init_tiny_model(5, 6, 8, 2, 3, np.random.default_rng(4), positions=s)
-         for s in POS.SCHEMES}  # fmt: skip
+    m = {
+        s: T.init_tiny_model(5, 6, 8, 2, 3, np.random.default_rng(4), positions=s)
+        for s in POS.SCHEMES
+    }
     tok = m["none"].params["tok_emb"][ids]
     cases = {
         "none": (tok, {}),
@@ -319,8 +283,6 @@ def test_last_marked_task_targets():
         for i in range(10):
             marked = [t for t in seq[: i + 1] if t >= 4]
             assert target[i] == (marked[-1] if marked else -1)
-    with pytest.raises(ValueError, match="n_marked must be below vocab_size=6"):
-        T.last_marked_task(2, 10, 6, 6, np.random.default_rng(0))
 
 
 def test_position_experiment_protocol():
@@ -340,10 +302,8 @@ def test_position_experiment_protocol():
     # the score at length 12 counts positions 6..11 only: rebuild it by hand for one model
     rng = np.random.default_rng(0)
     model = T.init_tiny_model(5, 12, 8, 2, 5, rng, positions="rope")
-    T.train(model, lambda r: task(8, 6, r), task(16, 6, np.random.default_rng(1006)), 3, rng,
-            lr=0.02, eval_every=3)  # fmt: skip
+    held_out = task(16, 6, np.random.default_rng(1006))
+    T.train(model, lambda r: task(8, 6, r), held_out, 3, rng, lr=0.02, eval_every=3)
     ids, targets = task(16, 12, np.random.default_rng(1012))
     right = (model.predict(ids)[..., 0] == targets[..., 0])[:, 6:]
     assert records[5]["accuracy"] == right.mean()  # rope, seed 0, length 12: k / n both ways
-    with pytest.raises(ValueError, match="test lengths must be >= train_len=6"):
-        T.position_experiment(task, ("none",), (0,), 1, 6, (4,), **kw)

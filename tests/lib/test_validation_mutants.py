@@ -1,14 +1,14 @@
 """Deleting any one call of lib's validation module makes the bad-input table fail.
 
-For every call of ``lib._validate`` (imported as ``valid``), and of the
-checks that live beside their one caller (:data:`LOCAL_CHECKS`), in the modules that use
-them, the function containing the call is recompiled from its source with that one call
-deleted and put in place of the original; the table of
-tests/lib/test_bad_inputs.py then runs, and at least one row must fail. A call "deleted" means:
-a check used as a statement (``valid.finite(x, "x")``) or a ``raise valid.overflow(...)`` becomes
-``pass``; a predicate (``valid.all_finite(out)``) answers True; a check whose value is used
-returns what it was given, unconverted and unchecked (``valid.real_array(x, "x")`` -> ``x``),
-or, for the few that compute a result (shapes, d_k), that result computed without checking.
+For every call of ``lib._validate`` (imported as ``valid``), and of the checks that live
+beside their one caller (:data:`LOCAL_CHECKS`), in the modules that use them, the function
+containing the call is recompiled from its source with that one call deleted and put in
+place of the original; the table of tests/lib/test_bad_inputs.py then runs, and at least one
+row must fail. A call "deleted" means: a check used as a statement (``valid.finite(x, "x")``)
+or a ``raise valid.overflow(...)`` becomes ``pass``; a predicate (``valid.all_finite(out)``)
+answers True; a check whose value is used returns what it was given, unconverted and
+unchecked (``valid.real_array(x, "x")`` -> ``x``), or, for the few that compute a result (the
+guards' arrays, d_k), that result computed without checking (:data:`UNCHECKED`).
 """
 
 from __future__ import annotations
@@ -30,46 +30,70 @@ from test_bad_inputs import ROWS, failure
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 MODULES = (
-    "lib.attention", "lib.blockwise", "lib.kv_cache", "lib.backprop", "lib.tiny",
-    "lib.torch_bridge", "lib.positions",
-)  # fmt: skip
+    "lib.attention",
+    "lib.blockwise",
+    "lib.kv_cache",
+    "lib.backprop",
+    "lib.tiny",
+    "lib.tasks",
+    "lib.torch_bridge",
+    "lib.positions",
+)
 ALIASES = {"valid"}  # how the modules import lib._validate
-# Functions of lib._validate that are not checks: computations, message text, and the
-# error builders (their call sites are the `raise` statements around them).
-NOT_CHECKS = {"largest_row_norm", "divisors", "stage", "overflow", "_list_overflow"}
-PREDICATES = {"all_finite", "scores_fit"}
-# Checks kept in the module that needs them (called by name, or as A.check_params, or as
-# self._new_tokens): deleted like the checks of lib._validate.
+# Functions of lib._validate that are not checks: a computation and the error builder (its
+# call sites are the `raise` statements around it).
+NOT_CHECKS = {"divisors", "overflow"}
+PREDICATES = {"all_finite"}
+# Checks kept in the module that needs them (called by name or as self.<name>): deleted like
+# the checks of lib._validate.
 LOCAL_CHECKS = {
-    "check_params", "_head_mask", "_new_tokens", "_score_bias", "_no_nan_or_posinf",
-    "_base", "_token_positions", "_list_mask", "_list_matrix", "_list_shape", "_list_row",
-    "_list_overflow", "_mha_inputs", "param_fields", "promoted",
-}  # fmt: skip
+    "_head_mask",
+    "_score_bias",
+    "_base",
+    "_check_ids",
+    "_new_tokens",
+    "_cache_contents",
+}
 
 
-def _rows_and_cols(A, name=None, booleans=False):
-    return len(A), len(A[0]) if A else 0
+def _mha_inputs(x_q, x_kv, p, mask, causal=False, unbatched_ok=True):
+    """What valid.mha_inputs returns, computed without a check: arrays, a batch axis, the mask
+    with four axes and ``causal`` folded in."""
+    x_q, x_kv = np.asarray(x_q), np.asarray(x_kv)
+    unbatched = x_q.ndim == 2
+    if unbatched:
+        x_q, x_kv = x_q[None], x_kv[None]
+    if causal:
+        rule = np.tri(x_q.shape[1], x_kv.shape[1], k=x_kv.shape[1] - x_q.shape[1], dtype=bool)
+        mask = rule if mask is None else mask & rule
+    if mask is not None:
+        mask = np.asarray(mask)
+        mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+    return x_q, x_kv, p, mask, unbatched
 
 
-def _head_mask(head_mask, batch, n_heads, dtype):
-    return np.ones(n_heads, dtype) if head_mask is None else np.asarray(head_mask, dtype)
+def _attention_inputs(q, k, v, mask):
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    return q, k, v, mask, np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+
+
+def _new_tokens(x, batch, d_model, length, max_len):
+    x = np.asarray(x)
+    return (x[None], True) if x.ndim == 2 else (x, False)
 
 
 # What a check that computes a result gives when it is deleted: the result, unchecked.
 UNCHECKED = {
-    "_mha_inputs": lambda x_q, x_kv, d_model, unbatched=True: (x_q, x_kv, False),
+    "mha_inputs": _mha_inputs,
+    "attention_inputs": _attention_inputs,
+    "_new_tokens": _new_tokens,
+    "_cache_contents": lambda keys, values, shape: (np.asarray(keys), np.asarray(values)),
     "heads": lambda d_model, n_heads: d_model // n_heads,
-    "_list_matrix": _rows_and_cols,
-    "_list_shape": _rows_and_cols,
-    "param_fields": lambda arrays, n_heads, n_kv_heads: (
-        arrays | {"n_heads": n_heads, "n_kv_heads": n_kv_heads}
-    ),
-    "_head_mask": _head_mask,
-    "_new_tokens": lambda x: (np.asarray(x)[None], True) if np.ndim(x) == 2 else (x, False),
-    "leading_axes": lambda shapes: np.broadcast_shapes(*(s[:-2] for s in shapes.values())),
     "kv_heads": lambda n_heads, n_kv_heads: n_heads // n_kv_heads,
-    "promoted": lambda x_q, x_kv, p: (x_q, x_kv, p),
     "integers": lambda values, name: np.asarray(values),
+    "_head_mask": lambda head_mask, batch, n_heads, dtype: (
+        np.ones(n_heads, dtype) if head_mask is None else np.asarray(head_mask, dtype)
+    ),
 }
 
 
@@ -123,9 +147,9 @@ def find_sites() -> list[Site]:
         for owner, fn in _functions(tree):
             for node in ast.walk(fn):
                 if isinstance(node, ast.Raise) and _is_v_call(node.exc):
-                    check = "raise valid." + _check_name(node.exc)
+                    check = "raise " + ast.unparse(node.exc.func)
                 elif _is_v_call(node) and _check_name(node) not in NOT_CHECKS:
-                    check = "valid." + _check_name(node)
+                    check = ast.unparse(node.func)
                 else:
                     continue
                 sites.append(Site(name, owner, fn.name, node.lineno, node.col_offset, check))
@@ -206,22 +230,17 @@ class patched:
 
 
 SITES = find_sites()
-MODULE_ROWS = {  # the rows most likely to notice a deletion in each module come first
-    "lib.attention": ("multi_head", "scaled_dot", "softmax", "causal", "padding", "split",
-                      "merge", "valid", "MHAParams", "init_mha"),
-    "lib.blockwise": ("multi_head", "blockwise."),
-    "lib.kv_cache": ("kv_cache.",),
-    "lib.backprop": ("backprop.",),
-    "lib.tiny": ("tiny.",),
-    "lib.torch_bridge": ("torch_bridge.",),
-    "lib.positions": ("positions.",),
-}  # fmt: skip
+
+
+def _module_of(row) -> str:
+    """The module of a row's entry point: "lib.kv_cache" for "kv_cache.Decoder", lib.attention
+    for the names without a module ("softmax", "MHAParams")."""
+    return "lib." + (row.function.split(".")[0] if "." in row.function else "attention")
 
 
 def _first_failing_row(module: str) -> str | None:
-    prefixes = MODULE_ROWS[module]
-    ordered = sorted(ROWS, key=lambda row: not row.function.startswith(prefixes))
-    for row in ordered:
+    """The first row that fails, trying the rows of ``module`` first (they notice soonest)."""
+    for row in sorted(ROWS, key=lambda row: _module_of(row) != module):
         problem = failure(row)
         if problem is not None:
             return f"{row.id}: {problem}"
@@ -231,7 +250,7 @@ def _first_failing_row(module: str) -> str | None:
 def test_every_module_has_its_checks_found():
     found = {site.module for site in SITES}
     assert found == set(MODULES), found
-    assert len(SITES) >= 60, len(SITES)
+    assert len(SITES) >= 100, len(SITES)
 
 
 def test_recompiling_every_function_unchanged_breaks_nothing():

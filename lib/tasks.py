@@ -1,0 +1,88 @@
+"""The tasks the tiny model learns (notebooks 05, 06, 09, 10): sequences of random tokens,
+and at each position the answer a head must fetch. Each task returns (ids, targets), targets
+-1 (:data:`IGNORE`) where nothing is to be predicted: those positions count neither in the
+loss nor in the accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _validate as valid
+
+IGNORE = -1  # target value of a position that is not scored
+
+
+def repeating_pattern_task(
+    n_seqs: int, seq_len: int, vocab_size: int, period: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Notebook 05's first task: a random pattern of ``period`` tokens, repeated.
+
+    The target at position i is the next token, x[i + 1] = x[i + 1 - period]. It can only
+    be known once the pattern has been seen, so positions i < period - 1 get target -1
+    (not scored). One head that looks ``period - 1`` tokens back solves it.
+    Returns ids (n_seqs, seq_len) and targets (n_seqs, seq_len), both int64.
+    """
+    _check_task_args(n_seqs, seq_len, vocab_size)
+    if not 1 <= period < seq_len:
+        raise ValueError(f"period must be in 1..seq_len-1 = 1..{seq_len - 1}, got {period}")
+    patterns = rng.integers(0, vocab_size, size=(n_seqs, period))
+    reps = math.ceil((seq_len + 1) / period)
+    full = np.tile(patterns, reps)[:, : seq_len + 1]  # (n_seqs, seq_len + 1)
+    ids, targets = full[:, :-1].copy(), full[:, 1:].copy()
+    targets[:, : period - 1] = IGNORE
+    return ids, targets
+
+
+def copy_offsets_task(
+    n_seqs: int, seq_len: int, vocab_size: int, offsets: tuple[int, ...], rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Random tokens; at position i, answer every x[i - o] for o in ``offsets``.
+
+    Each offset is its own answer ("slot"), read by its own readout: the model needs
+    all of them right at once. Positions i < max(offsets) have no answer and get -1.
+    Returns ids (n_seqs, seq_len) and targets (n_seqs, seq_len, len(offsets)), int64.
+    """
+    _check_task_args(n_seqs, seq_len, vocab_size)
+    offsets = tuple(int(o) for o in offsets)
+    in_range = all(1 <= o < seq_len for o in offsets)
+    if not offsets or not in_range or len(set(offsets)) != len(offsets):
+        raise ValueError(
+            f"offsets must be different numbers in 1..seq_len-1 = 1..{seq_len - 1}, got {offsets}"
+        )
+    ids = rng.integers(0, vocab_size, size=(n_seqs, seq_len))
+    targets = np.full((n_seqs, seq_len, len(offsets)), IGNORE, dtype=ids.dtype)
+    start = max(offsets)
+    for slot, o in enumerate(offsets):
+        targets[:, start:, slot] = ids[:, start - o : seq_len - o]
+    return ids, targets
+
+
+def last_marked_task(
+    n_seqs: int, seq_len: int, vocab_size: int, n_marked: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Random tokens; at position i, answer the most recent *marked* token at or before i.
+
+    The marked tokens are the last ``n_marked`` ids of the vocabulary; positions before the
+    first one get -1. The answer is found by what it is and by recency, never by a fixed
+    offset: notebook 09's second task. Returns ids and targets, both (n_seqs, seq_len), int64.
+    """
+    _check_task_args(n_seqs, seq_len, vocab_size)
+    n_marked = valid.integer(n_marked, "n_marked", low=1)
+    if n_marked >= vocab_size:
+        raise ValueError(
+            f"n_marked must be below vocab_size={vocab_size} (some tokens unmarked), got {n_marked}"
+        )
+    ids = rng.integers(0, vocab_size, size=(n_seqs, seq_len))
+    where = np.where(ids >= vocab_size - n_marked, np.arange(seq_len), -1)  # (n_seqs, seq_len)
+    last = np.maximum.accumulate(where, axis=1)  # position of the latest marked token so far
+    found = np.take_along_axis(ids, np.maximum(last, 0), axis=1)
+    return ids, np.where(last >= 0, found, IGNORE)
+
+
+def _check_task_args(n_seqs: int, seq_len: int, vocab_size: int) -> None:
+    valid.integer(n_seqs, "n_seqs", low=1)
+    valid.integer(seq_len, "seq_len", low=2)
+    valid.integer(vocab_size, "vocab_size", low=2)
