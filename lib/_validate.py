@@ -1,11 +1,8 @@
-"""The checks of lib's entry points: one function per rule (the README's "Conventions"), one
-wording per message. A learner never needs to open this module to follow a computation: each
-entry point calls it once at its top (e.g. :func:`mha_inputs`), then computes. Inputs are
-checked for NaN and inf before computing, the result once after: a NaN or inf there can only
-be an overflow, which :func:`finite_output` reports with the inputs' largest magnitudes.
+"""The checks of lib's entry points: one function per rule, one wording per message. Each entry
+point calls them once at its top (e.g. :func:`mha_inputs`), then computes. Inputs are checked
+for NaN and inf before computing, the result after: a NaN or inf there can only be an
+overflow, which :func:`finite_output` reports with the inputs' largest magnitudes.
 """
-
-from __future__ import annotations
 
 import numbers
 from dataclasses import replace
@@ -15,8 +12,6 @@ import numpy as np
 PARAM_NAMES = ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "b_o")
 WEIGHT_NAMES = PARAM_NAMES[:4]
 BIAS_NAMES = PARAM_NAMES[4:]
-
-# --------------------------------------------------------------------------- counts
 
 
 def integer(value, name: str, low: int | None = None) -> int:
@@ -71,9 +66,6 @@ def kv_heads(n_heads, n_kv_heads) -> int:
     return n_heads // n_kv_heads
 
 
-# --------------------------------------------------------------------------- arrays
-
-
 def real_array(x, name: str) -> np.ndarray:
     """``x`` as a real NumPy array (lists converted; integers become float64)."""
     if not isinstance(x, np.ndarray):
@@ -111,11 +103,14 @@ def all_finite(x: np.ndarray) -> bool:
     return bool(np.logical_and.reduce(np.isfinite(x), axis=None))
 
 
-def finite(x: np.ndarray, name: str) -> None:
-    """No NaN and no +-inf in ``x``; the message gives the index of the first one."""
-    if not all_finite(x):
-        where = tuple(int(i) for i in np.argwhere(~np.isfinite(x))[0])
-        raise ValueError(f"{name} contains NaN or inf (first at index {where}, shape {x.shape})")
+def finite(x: np.ndarray, name: str, masked_ok: bool = False) -> None:
+    """No NaN and no +-inf in ``x`` (with ``masked_ok``, -inf is allowed: in scores it means
+    "masked"); the message gives the index of the first one."""
+    ok = ~(np.isnan(x) | np.isposinf(x)) if masked_ok else np.isfinite(x)
+    if not ok.all():
+        where = tuple(int(i) for i in np.argwhere(~ok)[0])
+        what = "NaN or +inf" if masked_ok else "NaN or inf"
+        raise ValueError(f"{name} contains {what} (first at index {where}, shape {x.shape})")
 
 
 def finite_all(arrays: dict[str, np.ndarray]) -> None:
@@ -149,14 +144,6 @@ def overflow(what: str, dtype, operands: dict[str, np.ndarray]) -> ValueError:
     return ValueError(f"{what} overflow {dtype.name} ({'; '.join(parts)}): {fix}")
 
 
-def no_nan_or_posinf(x: np.ndarray, name: str) -> None:
-    """For scores, where -inf means "masked": NaN and +inf are refused."""
-    bad = np.isnan(x) | np.isposinf(x)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"{name} contains NaN or +inf (first at index {where}, shape {x.shape})")
-
-
 def lengths(values, n_k: int) -> np.ndarray:
     """Sequence lengths for a padding mask: integers in [0, n_k]."""
     values = integers(values, "lengths")
@@ -178,7 +165,21 @@ def integers(values, name: str) -> np.ndarray:
     return values
 
 
-# --------------------------------------------------------------------------- masks
+def token_ids(ids, vocab_size: int, max_len: int | None) -> np.ndarray:
+    """Token ids: integers of shape (batch, n), each in 0..vocab_size-1, n at most max_len
+    (None: any length)."""
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"ids must be integers of shape (batch, n), got {ids.dtype} {ids.shape}")
+    if max_len is not None and ids.shape[1] > max_len:
+        raise ValueError(
+            f"sequences of length {ids.shape[1]} are longer than the model's max_len={max_len}"
+        )
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(
+            f"token ids must be in 0..{vocab_size - 1}, got values from {ids.min()} to {ids.max()}"
+        )
+    return ids
 
 
 def bool_mask(mask) -> np.ndarray:
@@ -234,9 +235,6 @@ def attention_inputs(q, k, v, attn_mask):
     return q, k, v, attn_mask, lead
 
 
-# --------------------------------------------------------------------------- multi-head
-
-
 def mha_params(p) -> None:
     """The arrays of a freshly built MHAParams (or lib.kv_cache.GQAParams) made NumPy arrays
     and checked: W_q, W_o (d_model, d_model); W_k, W_v (d_model, n_kv_heads * d_k) (n_kv_heads
@@ -247,13 +245,12 @@ def mha_params(p) -> None:
     d_k = heads(d, p.n_heads)
     n_kv = getattr(p, "n_kv_heads", p.n_heads)
     kv_heads(p.n_heads, n_kv)
-    kv = "(d_model, d_model)" if n_kv == p.n_heads else "(d_model, n_kv_heads * d_k)"
-    layouts = {"q": ("(d_model, d_model)", d), "o": ("(d_model, d_model)", d)}
-    layouts |= {"k": (kv, n_kv * d_k), "v": (kv, n_kv * d_k)}
-    for part, (layout, size) in layouts.items():
+    kv = ("d_model", d) if n_kv == p.n_heads else ("n_kv_heads * d_k", n_kv * d_k)
+    widths = {"q": ("d_model", d), "k": kv, "v": kv, "o": ("d_model", d)}  # of W_ and b_
+    for part, (what, size) in widths.items():
         W = arrays["W_" + part]
         if W.shape != (d, size):
-            raise ValueError(f"W_{part} must be {layout} = ({d}, {size}), got {W.shape}")
+            raise ValueError(f"W_{part} must be (d_model, {what}) = ({d}, {size}), got {W.shape}")
     given = [name for name in BIAS_NAMES if arrays[name] is not None]
     if given and len(given) != len(BIAS_NAMES):
         missing = [name for name in BIAS_NAMES if name not in given]
@@ -263,8 +260,7 @@ def mha_params(p) -> None:
             "(a zero bias is the same as no bias)"
         )
     for name in given:
-        layout, size = layouts[name[-1]]
-        what = "d_model" if size == d else "n_kv_heads * d_k"
+        what, size = widths[name[-1]]
         if arrays[name].shape != (size,):
             raise ValueError(
                 f"{name} must have shape ({what},) = ({size},), got {arrays[name].shape}"
@@ -287,11 +283,10 @@ def params(p):
 
 
 def mha_inputs(x_q, x_kv, p, mask, causal: bool = False, unbatched_ok: bool = True):
-    """Everything a multi-head forward checks, in one call: the parameters, x_q and x_kv
-    (real, finite, (batch, n, d_model), or both (n, d_model) when ``unbatched_ok``), the mask
-    (boolean, broadcasting to (batch, heads, n_q, n_k)). Returns x_q, x_kv (batch, n, d_model)
-    and the parameters in their common dtype (NumPy's promotion), the mask with four axes and
-    ``causal`` folded in (None: every key) and whether the inputs came unbatched."""
+    """Everything a multi-head forward checks: the parameters, x_q and x_kv (real, finite,
+    (batch, n, d_model), or both (n, d_model) when ``unbatched_ok``) and the mask. Returns x_q,
+    x_kv (batch, n, d_model) and the parameters in their common dtype, the mask with four axes
+    and ``causal`` folded in (None: every key) and whether the inputs came unbatched."""
     params(p)
     if getattr(p, "n_kv_heads", p.n_heads) != p.n_heads:
         raise ValueError(
@@ -340,8 +335,7 @@ def mha_inputs(x_q, x_kv, p, mask, causal: bool = False, unbatched_ok: bool = Tr
 
 
 def finite_output(out: np.ndarray, inputs: dict[str, np.ndarray]) -> None:
-    """After a forward of finite inputs, a NaN or inf in ``out`` can only be an overflow
-    (a score, a projection or a sum too large for the dtype): one error naming the inputs'
-    largest magnitudes and what to do."""
+    """After a forward of finite inputs, a NaN or inf in ``out`` can only be an overflow: one
+    error naming the inputs' largest magnitudes and what to do."""
     if not all_finite(out):
         raise overflow("numbers in the output", out.dtype, inputs)

@@ -3,11 +3,8 @@
 Row vectors (``x @ W``, W of shape (d_in, d_out)); boolean masks, True = "this query may
 attend to this key"; shapes in comments. A query with no key to attend to gets weights 0 and
 output 0, never NaN. Each public function checks its inputs in one call to ``lib._validate``
-at its top (clear errors for bad shapes, dtypes, NaN); the rest is the computation the
-notebooks derive, and you can read it without opening the checks.
+at its top; the rest is the computation the notebooks derive.
 """
-
-from __future__ import annotations
 
 import math
 from dataclasses import dataclass
@@ -16,20 +13,17 @@ import numpy as np
 
 from . import _validate as valid
 
-# --------------------------------------------------------------------------- softmax
-
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Numerically stable softmax along ``axis``. ``-inf`` entries (masked keys) get weight 0;
     an all ``-inf`` slice gets zeros, not NaN."""
     x = valid.real_array(x, "softmax input")
-    valid.no_nan_or_posinf(x, "softmax input")
+    valid.finite(x, "softmax input", masked_ok=True)
     return softmax_inplace(x.copy(), axis)
 
 
 def softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
-    """:func:`softmax` computed in ``scores`` itself (no copy of an (n_q, n_k) matrix),
-    unchecked."""
+    """:func:`softmax` computed in ``scores`` itself (no copy), unchecked."""
     if scores.size == 0:  # no keys (or no rows): nothing to normalise
         return scores
     top = scores.max(axis=axis, keepdims=True)  # exp(s - top) <= 1: it cannot overflow
@@ -41,20 +35,21 @@ def softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
     return scores
 
 
-def masked_softmax(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """The attention weights of ``scores`` (overwritten): masked keys (False) set to -inf, so
-    that exp gives them weight 0, then the softmax over the keys (last axis). A row with a
-    score that overflowed to -inf becomes NaN first: that score must not pass for a masked
-    key, and the NaN reaches the output, whose check reports the overflow (+inf gives NaN by
-    itself: exp(inf - inf)). A reduction with ``where=``: no (n_q, n_k) temporary."""
+def mask_scores(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """``scores`` with the masked keys (False) set to -inf, in place, so that exp gives them
+    weight 0. A row where an allowed score overflowed to -inf becomes NaN first: it must not
+    pass for a masked key, and the NaN reaches the output, whose check reports the overflow."""
     allowed = True if mask is None else mask  # the minimum of each row's allowed scores:
     scores[np.isneginf(scores.min(axis=-1, initial=np.inf, where=allowed))] = np.nan
     if mask is not None:
         np.copyto(scores, -np.inf, where=~mask)
-    return softmax_inplace(scores)
+    return scores
 
 
-# --------------------------------------------------------------------------- masks
+def masked_softmax(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """The attention weights of ``scores`` (overwritten): the softmax over the keys (last
+    axis) of :func:`mask_scores`."""
+    return softmax_inplace(mask_scores(scores, mask))
 
 
 def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
@@ -70,11 +65,7 @@ def padding_mask(lengths, n_k: int) -> np.ndarray:
     broadcasts over heads and queries; ``causal_mask(n) & padding_mask(lengths, n)`` works."""
     n_k = valid.integer(n_k, "n_k", low=0)
     lengths = valid.lengths(lengths, n_k)
-    keys = np.arange(n_k)
-    return (keys[None, :] < lengths[:, None])[:, None, None, :]
-
-
-# --------------------------------------------------------------------------- attention
+    return (np.arange(n_k)[None, :] < lengths[:, None])[:, None, None, :]  # (batch, 1, 1, n_k)
 
 
 def scaled_dot_product_attention(
@@ -101,9 +92,6 @@ def attend(q, k, v, mask) -> tuple[np.ndarray, np.ndarray]:
     return weights @ v, weights  # (..., n_q, d_v), (..., n_q, n_k)
 
 
-# --------------------------------------------------------------------------- heads
-
-
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     """(batch, seq, d_model) -> (batch, heads, seq, d_k): reshape splits the features into
     (heads, d_k), then the transpose moves heads in front of seq (notebook 03 shows why a
@@ -123,9 +111,6 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
     return x.transpose(0, 2, 1, 3).reshape(batch, seq, heads * d_k)
 
 
-# --------------------------------------------------------------------------- parameters
-
-
 def glorot(rng: np.random.Generator, d_in: int, d_out: int, dtype=np.float64) -> np.ndarray:
     """A (d_in, d_out) weight, uniform in +-sqrt(6 / (d_in + d_out)) (Glorot & Bengio 2010):
     the variance that keeps activations and gradients about the same size through the layer."""
@@ -135,11 +120,9 @@ def glorot(rng: np.random.Generator, d_in: int, d_out: int, dtype=np.float64) ->
 
 @dataclass(frozen=True)
 class MHAParams:
-    """Weights of one multi-head attention layer (row vectors: x @ W).
-
-    W_q, W_k, W_v, W_o: (d_model, d_model); columns h*d_k:(h+1)*d_k of W_q, W_k and W_v
-    belong to head h. Biases b_q, b_k, b_v, b_o: (d_model,), all four or none (torch's rule;
-    a zero bias is no bias). Lists become arrays and shapes are checked when it is built.
+    """Weights of one multi-head attention layer (row vectors: x @ W). W_q, W_k, W_v, W_o:
+    (d_model, d_model), columns h*d_k:(h+1)*d_k of the first three belonging to head h; biases
+    (d_model,), all four or none (torch's rule). Lists become arrays, checked, when it is built.
     """
 
     W_q: np.ndarray
@@ -190,9 +173,6 @@ def count_params(params: MHAParams) -> int:
     return sum(a.size for a in params.arrays().values())
 
 
-# --------------------------------------------------------------------------- multi-head
-
-
 def project(x: np.ndarray, W: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     """x @ W + b (b None: no bias)."""
     return x @ W if b is None else x @ W + b
@@ -223,11 +203,6 @@ def multi_head_attention(
     return out, weights if need_weights else None
 
 
-def columns(b: np.ndarray | None, cols: slice) -> np.ndarray | None:
-    """A bias's entries ``cols`` (None: no bias)."""
-    return None if b is None else b[cols]
-
-
 def multi_head_attention_per_head(
     x_q, x_kv, params: MHAParams, mask=None, *, causal=False
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -241,9 +216,10 @@ def multi_head_attention_per_head(
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
         for h in range(p.n_heads):
             cols = slice(h * p.d_k, (h + 1) * p.d_k)  # head h's columns of W_q, W_k, W_v
-            q = project(x_q, p.W_q[:, cols], columns(p.b_q, cols))  # (batch, n_q, d_k)
-            k = project(x_kv, p.W_k[:, cols], columns(p.b_k, cols))  # (batch, n_k, d_k)
-            v = project(x_kv, p.W_v[:, cols], columns(p.b_v, cols))  # (batch, n_k, d_k)
+            b_q, b_k, b_v = (None if b is None else b[cols] for b in (p.b_q, p.b_k, p.b_v))
+            q = project(x_q, p.W_q[:, cols], b_q)  # (batch, n_q, d_k)
+            k = project(x_kv, p.W_k[:, cols], b_k)  # (batch, n_k, d_k)
+            v = project(x_kv, p.W_v[:, cols], b_v)  # (batch, n_k, d_k)
             out_h, weights_h = attend(q, k, v, None if mask is None else mask[:, h])
             outputs.append(out_h)
             weights.append(weights_h)

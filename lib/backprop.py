@@ -1,14 +1,11 @@
 """Backpropagation through multi-head attention, by hand (notebook 05).
 
-:func:`mha_forward` computes what :func:`lib.attention.multi_head_attention` computes and
-caches what :func:`mha_backward` needs; that returns the gradient of every input and
-parameter. Two additions over the plain forward: ``head_mask``, one factor per head on its
-output (0 switches a head off, as notebook 06 prunes; its gradient at all ones is the loss's
-sensitivity to each head), and positions in the scores (notebook 09): ``rope`` turns the
-queries and keys, ``score_bias`` (ALiBi's) is added to the scaled scores.
+:func:`mha_forward` computes :func:`lib.attention.multi_head_attention` and caches what
+:func:`mha_backward` needs for the gradient of every input and parameter. It adds a
+``head_mask``, one factor per head (0 switches a head off, as notebook 06 prunes; its
+gradient is each head's importance), and notebook 09's positions in the scores: ``rope``
+turns queries and keys, ``score_bias`` (ALiBi) is added to the scaled scores.
 """
-
-from __future__ import annotations
 
 import math
 from dataclasses import dataclass
@@ -23,9 +20,8 @@ PARAM_NAMES = valid.PARAM_NAMES
 
 
 def softmax_backward(weights: np.ndarray, d_weights: np.ndarray, axis: int = -1) -> np.ndarray:
-    """dL/dscores = p * (dL/dp - sum(dL/dp * p, axis)) for p = softmax(scores, axis), given
-    p (``weights``) and dL/dp (``d_weights``, same shape). Where p is 0 (masked keys) it is 0.
-    """
+    """dL/dscores = p * (dL/dp - sum(dL/dp * p, axis)) for p = softmax(scores, axis) given as
+    ``weights`` and dL/dp as ``d_weights``: 0 where p is 0 (masked keys)."""
     weights = valid.real_array(weights, "weights")
     d_weights = valid.real_array(d_weights, "d_weights")
     if weights.shape != d_weights.shape:
@@ -98,14 +94,13 @@ def mha_forward(
     rope: RoPE | None = None,
     score_bias: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, MHACache]:
-    """Multi-head attention forward pass that remembers what backward needs.
+    """Multi-head attention forward pass that remembers what backward needs; arguments,
+    checks and errors as :func:`lib.attention.multi_head_attention`, batched inputs only.
 
-    x_q: (batch, n_q, d), x_kv: (batch, n_k, d) (batched only); mask broadcastable to
-    (batch, heads, n_q, n_k); head_mask (heads,) or (batch, heads), default all ones.
-    rope: a :class:`lib.positions.RoPE` turning queries and keys by position (keys 0..n_k-1,
-    queries the last n_q); score_bias: broadcastable to (batch, heads, n_q, n_k), added to
-    the scaled scores before the mask (ALiBi). Returns (output (batch, n_q, d), weights
-    (batch, heads, n_q, n_k), cache); checks and errors are multi_head_attention's.
+    head_mask: (heads,) or (batch, heads), default all ones. rope: a
+    :class:`lib.positions.RoPE` turning queries and keys by position (keys 0..n_k-1, queries
+    the last n_q); score_bias: broadcastable to (batch, heads, n_q, n_k), added to the scaled
+    scores before the mask. Returns (output, weights, cache).
     """
     x_q, x_kv, p, mask, _ = valid.mha_inputs(x_q, x_kv, params, mask, causal, unbatched_ok=False)
     bias_shape = None if score_bias is None else np.shape(score_bias)  # for its gradient
@@ -135,10 +130,9 @@ def mha_forward(
 
 
 def mha_backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
-    """Gradients of the loss through :func:`mha_forward`, given d_out = dL/d(output)
-    (batch, n_q, d): a dict with dL/d of the weights (and biases, if any), ``x_q``, ``x_kv``
-    (for self-attention the input's gradient is their sum), ``head_mask`` and, when the
-    forward had one, ``score_bias``, each in the shape it was given."""
+    """Gradients of the loss through :func:`mha_forward`, given d_out = dL/d(output): dL/d of
+    the weights (and biases), ``x_q``, ``x_kv`` (for self-attention the input's gradient is
+    their sum), ``head_mask`` and any ``score_bias``, each in the shape it was given."""
     d_out = valid.real_array(d_out, "d_out")
     if d_out.shape != cache.concat.shape:
         raise ValueError(
@@ -206,10 +200,8 @@ def _sum_to_shape(d: np.ndarray, shape: tuple) -> np.ndarray:
 
 
 def _extras(x_q, x_kv, p, head_mask, rope, score_bias):
-    """mha_forward's additions, checked: the head mask (one finite factor per head, (heads,)
-    or (batch, heads); all ones when None), the score bias (real, finite, broadcasting to
-    (batch, heads, n_q, n_k) without growing it; given four axes) and RoPE's angles
-    (cos_q, sin_q, cos_k, sin_k) for the queries' and keys' positions."""
+    """mha_forward's additions, checked: the head mask (all ones when None), the score bias
+    (given four axes) and RoPE's angles (cos_q, sin_q, cos_k, sin_k) for the positions."""
     (batch, n_q, _), n_k, h, dtype = x_q.shape, x_kv.shape[1], p.n_heads, x_q.dtype
     if head_mask is None:
         head_mask = np.ones(h, dtype=dtype)

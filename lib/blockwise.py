@@ -1,24 +1,9 @@
-"""Exact attention computed in blocks: what makes attention fast and small (notebook 10).
-
-The scores of one head are an (n_q, n_k) matrix: at n = 16384 that is 1 GiB of float32, for
-one head of one sequence. Nothing forces us to hold it all at once, and the answer stays
-exact. Two ways to cut it up:
-
-- **blocks of query rows** (:func:`attend_in_blocks`, lib's kernel). A row's softmax needs
-  only that row, so a block of rows is scored, turned into weights and multiplied by V, then
-  forgotten. Memory: one block, however many rows there are. A block also leaves out the
-  keys none of its rows may attend to (about half of all scores with a causal mask).
-- **blocks of keys as well, with an online softmax** (:func:`online_softmax_attention`;
-  Milakov & Gimelshein 2018's running max and sum, with the output of Rabe & Staats 2021 and
-  FlashAttention). A row's softmax is put together one key block at a time: a running max,
-  a running sum of exponentials and a running output, the last two rescaled as the max grows
-  (:func:`online_softmax_update`). Memory: block_q x block_k numbers, whatever n is.
-
-:func:`multi_head_attention` is lib's fast path: :func:`lib.attention.multi_head_attention`
-with the heads attended to by the first kernel.
+"""Exact attention computed in blocks, so that the (n_q, n_k) score matrix never exists whole
+(notebook 10): blocks of query rows (:func:`attend_in_blocks`, lib's kernel; a block also skips
+the keys none of its rows may attend to), or tiles of queries and keys with an online softmax
+(:func:`online_softmax_attention`, as in FlashAttention). :func:`multi_head_attention` is
+lib's fast path: :func:`lib.attention.multi_head_attention` with the first kernel.
 """
-
-from __future__ import annotations
 
 import math
 
@@ -28,15 +13,13 @@ from . import _validate as valid
 from . import attention as A
 
 ROW_BLOCK_BYTES = 4 << 20
-"""Bytes of scores in one block (rows of one score matrix, or several small matrices whole):
-enough rows for BLAS to run its products at full speed, few enough that the block stays in
-the CPU's cache from q k^T to P @ V."""
+"""Bytes of scores in one block: enough rows for fast matrix products, few enough that the
+block stays in the CPU's cache from q k^T to P @ V."""
 
 
 def causal_rule(r0: int, r1: int, k0: int, k1: int, offset: int) -> np.ndarray:
-    """Which of keys k0 .. k1 - 1 queries r0 .. r1 - 1 may attend to with ``causal=True``:
-    query i sees keys 0 .. i + offset, offset = n_k - n_q (as :func:`lib.attention.causal_mask`,
-    but only this block of it)."""
+    """Which of keys k0 .. k1 - 1 queries r0 .. r1 - 1 may attend to with ``causal=True``
+    (query i sees keys 0 .. i + offset): this block of :func:`lib.attention.causal_mask`."""
     return np.arange(k0, k1) <= np.arange(r0, r1)[:, None] + offset
 
 
@@ -53,20 +36,14 @@ def keys_seen(allowed: np.ndarray) -> int:
     return int(seen[-1]) + 1 if seen.size else 0
 
 
-# --------------------------------------------------------------------------- online softmax
-
-
 def online_softmax_update(m, l, acc, scores, v):
     """One key block of the online softmax, for a block of query rows.
 
-    m: (..., rows) the running maximum of each row's scores so far (-inf before any key);
-    l: (..., rows) the running sum of exp(score - m); acc: (..., rows, d_v) the running sum
-    of exp(score - m) * v; scores: (..., rows, b) this block's scores (-inf = masked);
-    v: (..., b, d_v) this block's values. Returns the new (m, l, acc).
-
-    When the maximum grows from m to m_new, everything summed so far was exponentiated
-    relative to the old m: multiplying by exp(m - m_new) puts it relative to m_new. A row
-    that has seen only masked keys keeps m = -inf, l = 0, acc = 0 (no NaN).
+    m, l: (..., rows) each row's running maximum score (-inf before any key) and running sum
+    of exp(score - m); acc: (..., rows, d_v) the running sum of exp(score - m) * v; scores:
+    (..., rows, b) this block's scores (-inf = masked); v: (..., b, d_v). Returns the new
+    (m, l, acc). The sums so far were taken relative to m: when the maximum grows to m_new,
+    exp(m - m_new) puts them relative to m_new.
     """
     m_new = np.maximum(m, scores.max(axis=-1, initial=-np.inf))
     shift = np.where(np.isneginf(m_new), 0.0, m_new)  # a row with nothing seen yet: 0
@@ -76,15 +53,13 @@ def online_softmax_update(m, l, acc, scores, v):
 
 
 def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, block_k=128):
-    """Exact softmax(q k^T / sqrt(d_k)) v, computed in (block_q x block_k) tiles with an
-    online softmax: the full score matrix never exists.
+    """Exact softmax(q k^T / sqrt(d_k)) v in (block_q x block_k) tiles with an online softmax,
+    written for reading (:func:`attention` is the fast kernel).
 
     q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v), leading axes broadcast;
     mask: boolean, broadcastable to (..., n_q, n_k), True = may attend; ``causal=True``:
     query i may attend to keys 0 .. i + (n_k - n_q), without a mask array. Tiles no query may
-    attend to are skipped. Returns the output (..., n_q, d_v); a query with nothing to attend
-    to gets 0. Written for reading, not speed (a Python loop over tiles): :func:`attention`
-    is the fast kernel.
+    attend to are skipped. Returns (..., n_q, d_v); a query with nothing to attend to gets 0.
     """
     q, k, v, mask, lead = valid.attention_inputs(q, k, v, mask)
     block_q = valid.integer(block_q, "block_q", low=1)
@@ -109,10 +84,7 @@ def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, b
                 if allowed is not None and not allowed.any():  # no row of the tile sees a key
                     continue
                 s = scaled[..., i0:i1, :] @ np.swapaxes(k[..., j0:j1, :], -1, -2)
-                seen = True if allowed is None else allowed  # as A.masked_softmax:
-                s[np.isneginf(s.min(axis=-1, initial=np.inf, where=seen))] = np.nan
-                if allowed is not None:
-                    s = np.where(allowed, s, -np.inf)
+                s = A.mask_scores(s, allowed)
                 m, l, acc = online_softmax_update(m, l, acc, s, v[..., j0:j1, :])
             l[l == 0] = np.inf  # a row that saw no key: output 0, not NaN
             out[..., i0:i1, :] = acc / l[..., None]
@@ -120,17 +92,13 @@ def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, b
     return out
 
 
-# --------------------------------------------------------------------------- blocks of rows
-
-
 def attend_in_blocks(q, k, v, mask=None, causal=False, skip=True, weights=None) -> np.ndarray:
-    """softmax(q k^T, masked) v, one block of query rows at a time; q already scaled by
-    1 / sqrt(d_k). Unchecked: the callers check the inputs.
+    """softmax(q k^T, masked) v, one block of query rows at a time, for checked inputs with q
+    already scaled by 1 / sqrt(d_k); shapes, mask and causal as :func:`attention`.
 
-    q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v), leading axes broadcast;
-    mask, causal: as :func:`attention`. A block computes only the keys up to the last one
-    any of its rows may attend to (``skip=False``: every key). ``weights``: None, or a zeroed
-    (..., n_q, n_k) array that receives the attention weights. Returns (..., n_q, d_v).
+    A block computes only the keys up to the last one any of its rows may attend to
+    (``skip=False``: every key). ``weights``: None, or a zeroed (..., n_q, n_k) array that
+    receives the attention weights. Returns (..., n_q, d_v).
     """
     n_q, n_k = q.shape[-2], k.shape[-2]
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -175,13 +143,7 @@ def attend_block(q, k, v, allowed, diagonal, out, weights) -> None:
     """One block of :func:`attend_in_blocks`: writes softmax(q k^T, masked) v into ``out``
     and, unless it is None, the weights into ``weights``. ``allowed``: the mask's block or
     None; ``diagonal``: None, or causal with the block's row t seeing keys 0 .. diagonal + t."""
-    s = np.matmul(q, np.swapaxes(k, -1, -2))  # (matrices, rows, keys)
-    # As A.masked_softmax: a row whose allowed score overflowed to -inf becomes NaN (one the
-    # causal rule hides in this block counts too: reported where the readable form ignores it)
-    seen = True if allowed is None else allowed
-    s[np.isneginf(s.min(axis=-1, initial=np.inf, where=seen))] = np.nan
-    if allowed is not None:
-        np.copyto(s, -np.inf, where=~allowed)
+    s = A.mask_scores(np.matmul(q, np.swapaxes(k, -1, -2)), allowed)  # (matrices, rows, keys)
     if diagonal is not None:  # every row sees the keys before lo: mask only the others
         lo = max(0, diagonal + 1)
         rule = causal_rule(0, s.shape[-2], lo, s.shape[-1], diagonal)
@@ -199,13 +161,10 @@ def attend_block(q, k, v, allowed, diagonal, out, weights) -> None:
 
 
 def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> np.ndarray:
-    """Exact softmax(q k^T / sqrt(d_k)) v in blocks of query rows: the output only.
-
-    Arguments as :func:`online_softmax_attention`. A block of queries skips the keys none
-    of its rows may attend to; ``skip_masked_blocks=False`` computes them anyway (and masks
-    them), to measure what skipping saves. Memory beyond the output: one block of query
-    rows (:data:`ROW_BLOCK_BYTES`), whatever n is. A query with nothing to attend to gets 0.
-    """
+    """Exact softmax(q k^T / sqrt(d_k)) v in blocks of query rows (:data:`ROW_BLOCK_BYTES`
+    each, whatever n is): the output only, arguments as :func:`online_softmax_attention`.
+    ``skip_masked_blocks=False`` computes the keys a block cannot see anyway (and masks them),
+    to measure what skipping saves."""
     q, k, v, mask, _ = valid.attention_inputs(q, k, v, mask)
     scaled = q * (1.0 / math.sqrt(q.shape[-1]))  # a Python float keeps float32 in float32
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
@@ -214,17 +173,13 @@ def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> n
     return out
 
 
-# --------------------------------------------------------------------------- multi-head
-
-
 def multi_head_attention(
     x_q, x_kv, params: A.MHAParams, mask=None, *, causal=False, need_weights: bool = True
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """lib's fast path: :func:`lib.attention.multi_head_attention` (same arguments, results
-    and errors), every head attended to in blocks of query rows (:func:`attend_in_blocks`),
-    which skip the keys a block cannot reach (``causal=True`` builds no (n_q, n_k) mask).
-    Values so huge that their sum, before it is divided, overflows the dtype are reported as
-    an overflow, where the readable form's weighted mean might still fit."""
+    and errors) with the heads attended to by :func:`attend_in_blocks` (``causal=True`` builds
+    no (n_q, n_k) mask). Values whose sum overflows before it is divided are reported as an
+    overflow, where the readable form's weighted mean might still fit."""
     x_q, x_kv, p, mask, unbatched = valid.mha_inputs(x_q, x_kv, params, mask)
     batch, n_q, n_k = x_q.shape[0], x_q.shape[1], x_kv.shape[1]
     weights = np.zeros((batch, p.n_heads, n_q, n_k), x_q.dtype) if need_weights else None

@@ -6,8 +6,6 @@ True for real tokens: padded queries are left out of every average. A *head-type
 [0, 1], is the mean weight a head's queries put on a set of target keys (:func:`target_masks`).
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Sequence
 from importlib import resources
@@ -97,25 +95,19 @@ def target_score(weights, targets, queries) -> np.ndarray:
     return picked.sum(axis=(-3, -1)) / queries.sum()
 
 
-def normalised_entropy(weights, attention_mask) -> np.ndarray:
-    """Mean over real queries of entropy / log(sentence length): (..., heads); 0: every
-    query looks at one key, 1: every query spreads evenly over its sentence."""
-    weights, mask = _check(weights, attention_mask)
-    allowed = mask[:, None, :, None] & mask[:, None, None, :]  # (batch, 1, n_q, n_k)
-    flat = weights.reshape((-1,) + weights.shape[-4:])  # leading axes (e.g. layers) in one
-    out = np.stack([H.head_entropy_normalised(w * allowed, allowed) for w in flat])
-    return out.reshape(weights.shape[:-4] + weights.shape[-3:-2])
-
-
 def head_type_scores(attentions, attention_mask, tokens) -> dict[str, np.ndarray]:
-    """Every head-type score and the normalised entropy, each (..., heads). A type with no
-    query in the batch (no sentence has punctuation, say) scores NaN."""
+    """Every head-type score, each (..., heads), and the "entropy": the mean over real queries
+    of entropy / log(sentence length) (0: one key, 1: spread evenly over the sentence). A type
+    with no query in the batch (no sentence has punctuation, say) scores NaN."""
     weights, mask = _check(attentions, attention_mask)
     nan = np.full(weights.shape[:-4] + weights.shape[-3:-2], np.nan)  # (..., heads)
     scores = {}
     for name, (targets, queries) in target_masks(tokens, mask.shape[1]).items():
         scores[name] = target_score(weights, targets, queries) if queries.any() else nan.copy()
-    scores["entropy"] = normalised_entropy(weights, mask)
+    allowed = mask[:, None, :, None] & mask[:, None, None, :]  # (batch, 1, n_q, n_k)
+    flat = weights.reshape((-1,) + weights.shape[-4:])  # leading axes (e.g. layers) in one
+    entropy = np.stack([H.head_entropy_normalised(w * allowed, allowed) for w in flat])
+    scores["entropy"] = entropy.reshape(nan.shape)
     return scores
 
 

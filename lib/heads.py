@@ -1,11 +1,8 @@
 """Measuring what attention heads do (notebook 04), and the head-count sweep (notebook 05).
 
-The measures take attention weights shaped (..., heads, n_q, n_k), as returned by
-``lib.attention.multi_head_attention`` (batch, heads, n_q, n_k), and rows that are either
-probability distributions or all zeros (a query that attended to nothing).
+The measures take attention weights (..., heads, n_q, n_k), e.g. multi_head_attention's, whose
+rows are probability distributions or all zeros (a query that attended to nothing).
 """
-
-from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
@@ -22,10 +19,7 @@ def _check_weights(weights) -> np.ndarray:
     summing to 1 (or 0: a query that attended to nothing)."""
     given = np.asarray(weights)
     weights = given.astype(np.float64)
-    if weights.ndim < 3:
-        raise ValueError(
-            f"expected attention weights (..., heads, n_q, n_k), got shape {weights.shape}"
-        )
+    valid.rank(weights, "attention weights", range(3, 65), "(..., heads, n_q, n_k)")
     if not np.isfinite(weights).all():
         raise ValueError("attention weights contain NaN or inf")
     if (weights < 0).any():
@@ -61,8 +55,8 @@ def head_entropy(weights) -> np.ndarray:
     over the queries that attended to something. Under a causal mask, where early queries
     have few keys to choose from, compare heads with :func:`head_entropy_normalised`."""
     weights = _check_weights(weights)
-    valid = weights.sum(axis=-1) > 0  # queries that attended to something
-    return _mean_per_head(_entropy(weights), valid)
+    attended = weights.sum(axis=-1) > 0  # (..., heads, n_q)
+    return _mean_per_head(_entropy(weights), attended)
 
 
 def head_entropy_normalised(weights, mask) -> np.ndarray:
@@ -136,15 +130,11 @@ def head_count_sweep(
     target: float,
     eval_every: int = 20,
 ) -> dict:
-    """Notebook 05's sweep: for every head count ``h`` and ``seed``, build
-    ``make_model(h, np.random.default_rng(seed))``, train it with :func:`lib.tiny.train`
-    (``lr=1e-2``, ``stop_at=target``) and measure it on the held-out ``eval_data``.
-
-    Returns ``{(h, seed): run}``, a run being a dict: ``"accuracy"`` (the last held-out
-    accuracy), ``"steps"`` (the first evaluated step that reached ``target``, or None),
-    ``"entropy"`` (:func:`head_entropy_normalised`, (h,)) and ``"mean_weights"`` (each head's
-    attention averaged over the held-out sequences, (h, n, n)).
-    """
+    """Notebook 05's sweep: for every head count h and seed, train
+    ``make_model(h, default_rng(seed))`` with :func:`lib.tiny.train` (lr 1e-2, stopping at
+    ``target``). Returns ``{(h, seed): run}``, a run holding the last held-out "accuracy", the
+    first evaluated "steps" that reached ``target`` (or None), each head's "entropy"
+    (:func:`head_entropy_normalised`) and "mean_weights" (h, n, n) over ``eval_data``."""
     budget = valid.integer(budget, "budget", low=1)  # a run needs a step to be measured
     eval_ids = np.asarray(eval_data[0])
     mask = causal_mask(eval_ids.shape[-1])

@@ -1,21 +1,10 @@
-"""The KV cache, and the layers that make it smaller: multi-query and grouped-query attention
-(notebook 10).
+"""The KV cache, and grouped-query attention, which makes it smaller (notebook 10).
 
-A causal layer's output at position i depends on tokens 0..i only, so when a model generates
-text one token at a time, the keys and values of the earlier tokens never change. A **KV
-cache** keeps them: each new token is projected once, its key and value are appended, and
-its query attends to everything cached. The work per generated token is then O(n) instead
-of recomputing O(n^2) attention (:class:`Decoder`).
-
-The cache holds 2 x n_kv_heads x d_k numbers per token and layer, and for long contexts it,
-not the weights, fills memory. **Multi-query attention** (Shazeer 2019) gives all query heads
-one shared key/value head; **grouped-query attention** (Ainslie et al. 2023) gives each group
-of n_heads / n_kv_heads query heads one (:class:`GQAParams`). Query head i reads key/value
-head i // group (the order of ``torch.repeat_interleave``, and of SDPA's ``enable_gqa=True``):
-n_kv_heads = n_heads is ordinary multi-head attention, n_kv_heads = 1 is multi-query.
+A causal layer that generates one token at a time keeps the earlier tokens' keys and values
+in a cache (:class:`Decoder`), so that each step projects only the new token: O(n) work
+instead of O(n^2). Grouped-query attention (:class:`GQAParams`) shrinks the cache by sharing
+each key/value head among consecutive query heads; one key/value head is multi-query attention.
 """
-
-from __future__ import annotations
 
 import dataclasses
 import math
@@ -25,21 +14,16 @@ import numpy as np
 from . import _validate as valid
 from . import attention as A
 
-# --------------------------------------------------------------------------- parameters
+KV_NAMES = ("W_k", "W_v", "b_k", "b_v")  # the arrays of the keys and values
 
 
 @dataclasses.dataclass(frozen=True)
 class GQAParams(A.MHAParams):
     """A grouped-query layer: an :class:`lib.attention.MHAParams` whose W_k and W_v are
-    (d_model, n_kv_heads * d_k) (b_k, b_v (n_kv_heads * d_k,)): n_kv_heads key/value heads,
-    each shared by a group of n_heads / n_kv_heads consecutive query heads."""
+    (d_model, n_kv_heads * d_k) (b_k, b_v (n_kv_heads * d_k,)): query head i reads key/value
+    head i // group, group = n_heads / n_kv_heads (``torch.repeat_interleave``'s order)."""
 
     n_kv_heads: int = 1
-
-    @property
-    def group(self) -> int:
-        """Query heads per key/value head."""
-        return self.n_heads // self.n_kv_heads
 
 
 def init_gqa_params(d_model, n_heads, n_kv_heads, rng, bias=False, dtype=np.float64) -> GQAParams:
@@ -62,19 +46,15 @@ def repeat_kv_heads(p: GQAParams) -> A.MHAParams:
         heads = a.reshape(a.shape[:-1] + (-1, p.d_k))  # (..., n_kv_heads, d_k)
         return np.repeat(heads, p.n_heads // heads.shape[-2], axis=-2).reshape(a.shape[:-1] + (-1,))
 
-    arrays = p.arrays()
-    arrays |= {
-        name: repeated(arrays[name]) for name in ("W_k", "W_v", "b_k", "b_v") if name in arrays
-    }
+    arrays = {name: repeated(a) if name in KV_NAMES else a for name, a in p.arrays().items()}
     return A.MHAParams(**arrays, n_heads=p.n_heads)
 
 
 def grouped_query_attention(
     x_q, x_kv, params: GQAParams, mask=None, *, causal=False, need_weights=True
 ):
-    """Grouped-query attention: :func:`lib.attention.multi_head_attention` of the layer whose
-    key/value heads are repeated for their groups (arguments and results as there). It
-    computes what a grouped layer computes; the saving, a smaller KV cache, is the
+    """Grouped-query attention: :func:`lib.attention.multi_head_attention` (arguments and
+    results as there) of :func:`repeat_kv_heads`; the saving, a smaller KV cache, is the
     :class:`Decoder`'s."""
     return A.multi_head_attention(
         x_q, x_kv, repeat_kv_heads(params), mask, causal=causal, need_weights=need_weights
@@ -82,10 +62,9 @@ def grouped_query_attention(
 
 
 def gqa_from_mha(params: A.MHAParams, n_kv_heads: int) -> GQAParams:
-    """A trained multi-head layer with n_kv_heads key/value heads: the key (and value)
-    projection of each group of n_heads / n_kv_heads consecutive heads is replaced by the
-    mean of the group's projections (weights and biases), as Ainslie et al. (2023) convert a
-    checkpoint before training it further. The queries and W_o are kept."""
+    """A trained multi-head layer made grouped-query: each group's key (and value) projections,
+    weights and biases, replaced by their mean, as Ainslie et al. (2023) convert a checkpoint
+    before training it further. The queries and W_o are kept."""
     valid.params(params)
     if getattr(params, "n_kv_heads", params.n_heads) != params.n_heads:
         raise ValueError(
@@ -98,10 +77,7 @@ def gqa_from_mha(params: A.MHAParams, n_kv_heads: int) -> GQAParams:
         heads = a.reshape(a.shape[:-1] + (n_kv_heads, group, params.d_k))
         return heads.mean(axis=-2).reshape(a.shape[:-1] + (-1,))
 
-    arrays = params.arrays()
-    arrays |= {
-        name: pooled(arrays[name]) for name in ("W_k", "W_v", "b_k", "b_v") if name in arrays
-    }
+    arrays = {name: pooled(a) if name in KV_NAMES else a for name, a in params.arrays().items()}
     return GQAParams(**arrays, n_heads=params.n_heads, n_kv_heads=n_kv_heads)
 
 
@@ -115,9 +91,6 @@ def cache_bytes_per_token(n_layers: int, n_kv_heads: int, d_k: int, bytes_per_nu
     return 2 * n_layers * n_kv_heads * d_k * bytes_per_number
 
 
-# --------------------------------------------------------------------------- decoding
-
-
 class Decoder:
     """Autoregressive decoding through one causal attention layer, with a KV cache.
 
@@ -125,16 +98,11 @@ class Decoder:
         out = decoder(x_prompt)   # prefill: (batch, t, d_model) -> (batch, t, d_model)
         out = decoder(x_next)     # then one token at a time: (batch, 1, d_model)
 
-    Each call projects only the new tokens, appends their keys and values to the cache and
-    lets each new query attend to every cached key up to its own position: the outputs are
-    those of ``multi_head_attention(x, x, params, causal=True)`` on the whole sequence so
-    far, row by row. ``params``: an MHAParams or a :class:`GQAParams`. The cache is
-    preallocated, (batch, n_kv_heads, max_len, d_k) for keys and for values, so appending
-    copies only the new rows.
-
-    The cache holds the weights' dtype; tokens of a wider dtype widen it, as NumPy would
-    promote them, until :meth:`reset`. The weights are copied (read-only) when the decoder
-    is built; a step that fails (bad input, overflow) leaves the cache as it was.
+    The outputs are those of ``multi_head_attention(x, x, params, causal=True)`` on the whole
+    sequence so far, row by row. ``params``: an MHAParams or a :class:`GQAParams`, copied.
+    The cache, (batch, n_kv_heads, max_len, d_k) for keys and for values, is preallocated in
+    the weights' dtype (wider tokens widen it until :meth:`reset`); a step that fails leaves
+    it as it was.
     """
 
     def __init__(self, params: A.MHAParams, batch: int = 1, max_len: int = 2048):
@@ -210,9 +178,6 @@ class Decoder:
         valid.finite_output(out, {"x_new": x, "keys": keys, "values": values} | p.arrays())
         self._k, self._v, self.length = cache_k, cache_v, end
         return out[0] if unbatched else out
-
-
-# --------------------------------------------------------------------------- the decoder's checks
 
 
 def _new_tokens(x, batch: int, d_model: int, length: int, max_len: int):

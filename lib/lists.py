@@ -5,8 +5,6 @@ A matrix is a list of rows, each a list of floats: ``A[i][j]``. The conventions 
 checked where a mistake would otherwise end in a cryptic error; the numbers are not.
 """
 
-from __future__ import annotations
-
 import math
 import random
 

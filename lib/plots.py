@@ -5,12 +5,13 @@ import math
 
 import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 from IPython.display import display
+from matplotlib.colors import get_named_colors_mapping
 
 FIGURE_DPI = 100  # pixels per inch of every figure shown (matplotlib's default for notebooks: 72)
 SMALLEST_FONT_PT = 7  # no text in a course figure is smaller: 7 pt at 100 dpi is 9.7 px
 _ARROW = {"arrowstyle": "-|>", "color": "0.3"}  # the diagrams' arrows: grey, a filled head
+PALETTE = "#0173b2 #de8f05 #029e73 #d55e00 #cc78bc #ca9161 #fbafe4 #949494 #ece133 #56b4e9".split()
 
 
 def show(fig, *, alt: str) -> None:
@@ -23,9 +24,27 @@ def show(fig, *, alt: str) -> None:
 
 
 def use_course_theme() -> None:
-    """Seaborn's whitegrid style and colour-blind palette, text legible at :data:`FIGURE_DPI`."""
-    rc = {"figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI, "axes.titlesize": 10}
-    sns.set_theme(style="whitegrid", palette="colorblind", font_scale=0.8, rc=rc)
+    """Seaborn's whitegrid style and colour-blind :data:`PALETTE`, its fonts at 0.8 of their size
+    and text legible at :data:`FIGURE_DPI`: what seaborn's ``set_theme`` sets, set here without
+    importing seaborn, which takes a second and most notebooks never use."""
+    rc = dict.fromkeys(["text.color", "axes.labelcolor", "xtick.color", "ytick.color"], ".15")
+    rc |= dict.fromkeys(["axes.edgecolor", "grid.color"], ".8")  # a light grey frame and grid
+    rc |= dict.fromkeys(["axes.grid", "axes.axisbelow", "patch.force_edgecolor"], True)
+    rc |= dict.fromkeys(["xtick.bottom", "ytick.left"], False)  # no tick marks on the axes
+    rc |= dict.fromkeys(["font.size", "axes.labelsize", "legend.title_fontsize"], 12 * 0.8)
+    rc |= dict.fromkeys(["xtick.labelsize", "ytick.labelsize", "legend.fontsize"], 11 * 0.8)
+    rc |= dict.fromkeys(["axes.linewidth", "xtick.major.width", "ytick.major.width"], 1.25)
+    rc |= dict.fromkeys(["grid.linewidth", "xtick.minor.width", "ytick.minor.width"], 1.0)
+    rc |= dict.fromkeys(["xtick.major.size", "ytick.major.size"], 6.0)
+    rc |= dict.fromkeys(["xtick.minor.size", "ytick.minor.size"], 4.0)
+    rc |= {"patch.edgecolor": "w", "lines.solid_capstyle": "round", "axes.titlesize": 10}
+    rc["font.sans-serif"] = ["Arial", "DejaVu Sans"]  # Arial if installed, else matplotlib's own
+    rc["axes.prop_cycle"] = plt.cycler(color=PALETTE)
+    plt.rcParams.update(rc | {"figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI})
+    colour_codes = get_named_colors_mapping()  # seaborn's too: "k:" is a dotted dark grey line
+    for code, i in zip("bgrmyc", (0, 2, 3, 4, 8, 9), strict=True):
+        colour_codes[code] = PALETTE[i]  # one by one: update() would keep old colours cached
+    colour_codes["k"] = "0.1"
 
 
 def plot_attention(weights, labels, ax=None, title=None, annotate=False, cbar=True):
@@ -108,14 +127,11 @@ def plot_attention_flow(n="n", d_model="d_model", d_k="d_k"):
     """One attention head as a block diagram, every matrix with its shape. Returns the figure."""
     matrix = {"boxstyle": "round,pad=0.5", "fc": "white", "ec": "0.2"}
     step = {"boxstyle": "round,pad=0.5", "fc": "#d6e6f5", "ec": "#1f5f99"}
-    boxes = {  # name: (x, y, text, style)
-        "X": (0, 1, f"X\n({n}, {d_model})", matrix),
-        "W_Q": (1.6, 2, f"$\\times\\ W_Q$\n({d_model}, {d_k})", step),
-        "W_K": (1.6, 1, f"$\\times\\ W_K$\n({d_model}, {d_k})", step),
-        "W_V": (1.6, 0, f"$\\times\\ W_V$\n({d_model}, {d_k})", step),
-        "Q": (3.2, 2, f"Q\n({n}, {d_k})", matrix),
-        "K": (3.2, 1, f"K\n({n}, {d_k})", matrix),
-        "V": (3.2, 0, f"V\n({n}, {d_k})", matrix),
+    boxes = {"X": (0, 1, f"X\n({n}, {d_model})", matrix)}  # name: (x, y, text, style)
+    for name, y in (("Q", 2), ("K", 1), ("V", 0)):
+        boxes[f"W_{name}"] = (1.6, y, f"$\\times\\ W_{name}$\n({d_model}, {d_k})", step)
+        boxes[name] = (3.2, y, f"{name}\n({n}, {d_k})", matrix)
+    boxes |= {
         "scores": (4.8, 1.5, f"scores\n$QK^\\top / \\sqrt{{{d_k}}}$\n({n}, {n})", matrix),
         "softmax": (6.4, 1.5, "softmax\nof each row", step),
         "weights": (8, 1.5, f"weights\n({n}, {n})", matrix),
@@ -139,7 +155,7 @@ def plot_attention_flow(n="n", d_model="d_model", d_k="d_k"):
 def plot_head_split(seq: int, d_model: int, n_heads: int):
     """Multi-head attention's head split, to scale (a square per number). Returns the figure."""
     d_k = d_model // n_heads
-    colours = sns.color_palette("colorblind", n_heads)
+    colours = [PALETTE[h % len(PALETTE)] for h in range(n_heads)]  # as seaborn's, cycled
     gap, box, pitch = 8, 15, seq + 5  # squares between columns; attention box; head to head
     top = [(n_heads - 1 - h) * pitch + seq for h in range(n_heads)]  # each head's top edge
     middle = top[0] / 2  # the one-matrix columns are centred on the stack of heads

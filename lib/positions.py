@@ -1,29 +1,14 @@
 """Where word order comes from: the position schemes of attention (notebook 09).
 
 Attention by itself ignores order: permute the keys and values and each query's output is
-unchanged. A model learns order only from its positions; the tiny model of :mod:`lib.tiny`
-takes each of these schemes (``positions=``):
-
-- **learned**: a trained table of vectors, one row per position, added to the token embeddings.
-- **sinusoidal** (Vaswani et al., 2017): a fixed table of sines and cosines, added the same
-  way (:func:`sinusoidal_table`); moving every position by ``k`` is one linear map,
-  ``PE[p + k] = PE[p] @ R_k`` (:func:`sinusoidal_shift`).
-- **RoPE** (Su et al., 2021): pair ``i`` of the coordinates of each query and key at position
-  ``p`` is rotated by ``p theta_i``, ``theta_i = base^(-2i / d_k)`` (:func:`rope_rotate`), so
-  that ``q_m . k_n`` depends on the offset ``m - n`` only.
-- **ALiBi** (Press et al., 2022): each head ``h`` adds ``-m_h * distance`` to its scores
-  (:func:`alibi_slopes`, :func:`alibi_bias`).
-
-Which coordinates RoPE pairs is a convention (:data:`LAYOUTS`): ``"half"`` pairs ``i`` with
-``i + d_k / 2`` (GPT-NeoX; Llama in Hugging Face ``transformers``), ``"interleaved"`` pairs
-``2i`` with ``2i + 1`` (the RoPE paper, GPT-J). Both are the same model up to a permutation
-of the columns of W_q and W_k, but weights trained with one layout are wrong under the other.
-
-Positions count from 0. With ``n_q`` queries and ``n_k >= n_q`` keys, the queries are the last
-``n_q`` positions, as in :func:`lib.attention.causal_mask` (earlier keys cached).
+unchanged. The tiny model of :mod:`lib.tiny` learns order from one of :data:`SCHEMES`: a
+learned table added to the token embeddings; Vaswani et al.'s fixed sinusoidal table
+(:func:`sinusoidal_table`); RoPE, which turns each pair of coordinates of the queries and keys
+by an angle proportional to their position, so that ``q_m . k_n`` depends on ``m - n`` only
+(:func:`rope_rotate`); or ALiBi, which adds ``-slope * distance`` to each head's scores
+(:func:`alibi_bias`). Positions count from 0; with n_k >= n_q keys, the n_q queries are the
+last positions, as in :func:`lib.attention.causal_mask`.
 """
-
-from __future__ import annotations
 
 import math
 import numbers
@@ -33,20 +18,18 @@ import numpy as np
 
 from . import _validate as valid
 
-SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi")
-"""The position schemes of the tiny model (:func:`lib.tiny.init_tiny_model`'s ``positions``)."""
+SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi")  # lib.tiny's positions=
+BASE = 10000.0  # the frequency base of the sinusoidal table and of RoPE in both papers
 
+# Which coordinates RoPE pairs is a convention: "half" pairs i with i + d_k / 2 (GPT-NeoX, Llama
+# in transformers), "interleaved" 2i with 2i + 1 (the RoPE paper, GPT-J). The two differ by a
+# permutation of W_q's and W_k's columns, so weights trained with one are wrong under the other.
 LAYOUTS = ("half", "interleaved")
-"""RoPE's pairings of coordinates: see the module's docstring."""
-
-BASE = 10000.0
-"""The frequency base of the sinusoidal table and of RoPE in both papers."""
 
 
 def _base(value) -> float:
-    """The base of the frequencies ``base^(-2i / d)``, as a float: above 1 they fall from 1
-    radian per position towards 1 / base; at 1 every pair would turn alike, and below 1 they
-    grow without bound (a subnormal base gives infinite frequencies)."""
+    """The base of the frequencies ``base^(-2i / d)``, as a float: only above 1 do they fall
+    from 1 radian per position towards 1 / base (below 1 they grow without bound)."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
         raise ValueError(f"base must be a number > 1, got {value!r} ({type(value).__name__})")
     if not (math.isfinite(value) and value > 1):
@@ -62,12 +45,9 @@ def query_positions(n_q: int, n_k: int) -> np.ndarray:
     return np.arange(n_q) + (n_k - n_q)
 
 
-# --------------------------------------------------------------------------- sinusoidal
-
-
 def frequencies(d: int, base: float = BASE) -> np.ndarray:
     """The d / 2 angular frequencies ``base^(-2i / d)``, i = 0 .. d/2 - 1 (float64)."""
-    return base ** (-np.arange(0, d, 2) / d)
+    return _base(base) ** (-np.arange(0, d, 2) / d)
 
 
 def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64) -> np.ndarray:
@@ -76,7 +56,6 @@ def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64)
     n = valid.integer(n, "n", low=0)
     d_model = valid.integer(d_model, "d_model", low=1)
     valid.even(d_model, "d_model", "sin and cos come in pairs")
-    base = _base(base)
     dtype = valid.float_dtype(dtype)
     angles = np.arange(n)[:, None] * frequencies(d_model, base)[None, :]  # (n, d/2)
     table = np.empty((n, d_model))
@@ -86,14 +65,11 @@ def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64)
 
 
 def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:
-    """The (d_model, d_model) matrix R_k with ``PE[p + k] = PE[p] @ R_k`` for every p: block
-    diagonal, the angle-addition formulas for each frequency w_i on coordinates (2i, 2i + 1).
-    It does not depend on p; R_{-k} is its transpose (and its inverse).
-    """
+    """The (d_model, d_model) matrix R_k with ``PE[p + k] = PE[p] @ R_k`` for every p: the
+    angle-addition formulas on each pair (2i, 2i + 1). R_{-k} is its transpose and inverse."""
     k = valid.integer(k, "k")
     d_model = valid.integer(d_model, "d_model", low=1)
     valid.even(d_model, "d_model", "sin and cos come in pairs")
-    base = _base(base)
     angle = k * frequencies(d_model, base)
     c, s = np.cos(angle), np.sin(angle)
     R = np.zeros((d_model, d_model))
@@ -101,9 +77,6 @@ def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:
     R[i, i], R[i, i + 1] = c, -s
     R[i + 1, i], R[i + 1, i + 1] = s, c
     return R
-
-
-# --------------------------------------------------------------------------- RoPE
 
 
 @dataclass(frozen=True)
@@ -148,12 +121,9 @@ class RoPE:
 
 
 def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.ndarray:
-    """RoPE: each pair i of coordinates of the row of ``x`` at position p, turned by
-    ``p theta_i``, ``theta_i = base^(-2i / d_k)``.
-
-    x: (..., n, d_k) queries or keys, d_k even; positions: (n,) integers, one per row.
-    Returns x's shape and dtype; turning by ``-positions`` undoes it.
-    """
+    """RoPE: each pair i of coordinates of the row of x (..., n, d_k) at position p turned by
+    ``p theta_i``, ``theta_i = base^(-2i / d_k)``; positions: (n,) integers. Turning by
+    ``-positions`` undoes it."""
     rope = RoPE(base, layout)
     x = valid.real_array(x, "x")
     valid.rank(x, "x", range(2, 33), "(..., n, d_k), with at least 2 axes")
@@ -171,16 +141,10 @@ def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.nd
     return out
 
 
-# --------------------------------------------------------------------------- ALiBi
-
-
 def alibi_slopes(n_heads: int) -> np.ndarray:
-    """ALiBi's fixed slope of every head, (n_heads,), largest first.
-
-    For n a power of two, ``m_h = 2^(-8 (h + 1) / n)`` (8 heads: 1/2, 1/4, ..., 1/256). For
-    other n, as in the authors' code: the slopes of the largest power of two below n, then
-    every other slope of the sequence for twice that power, as many as are missing.
-    """
+    """ALiBi's fixed slope of every head, (n_heads,): ``2^(-8 (h + 1) / n)`` for n a power
+    of two (8 heads: 1/2, ..., 1/256); otherwise, as the authors' code, the slopes for the
+    largest power of two below n, then every other slope for twice that power."""
     n_heads = valid.integer(n_heads, "n_heads", low=1)
     below = 2 ** int(math.floor(math.log2(n_heads)))
 
@@ -192,12 +156,9 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
 
 
 def alibi_bias(n_q: int, n_k: int, slopes) -> np.ndarray:
-    """ALiBi's bias, (heads, n_q, n_k): ``-slopes[h] * |i - j|`` for the query at position i
-    (:func:`query_positions`) and the key at position j, to add to each head's scores.
-
-    The paper is causal (j <= i); keys after the query get the same penalty on the distance
-    here, as bidirectional uses of ALiBi do.
-    """
+    """ALiBi's bias to add to each head's scores, (heads, n_q, n_k): ``-slopes[h] * |i - j|``
+    for the query at position i and the key at j (keys after the query too, as bidirectional
+    uses of ALiBi do; the paper is causal)."""
     queries = query_positions(n_q, n_k)  # (n_q,), checking n_q and n_k
     slopes = valid.real_array(slopes, "slopes")
     valid.rank(slopes, "slopes", (1,), "(heads,)")

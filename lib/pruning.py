@@ -6,12 +6,11 @@ gradient importance (Michel, Levy & Neubig, 2019): the mean over sequences of
 |dL/d mask_h|, a first-order estimate of how the loss changes when the mask moves.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import _validate as valid
 from .tiny import TinyModel, accuracy
 
 
@@ -69,11 +68,9 @@ def prune_iteratively(
     """Switch heads off one at a time, least important first (``score``: "ablation" or
     "gradient"), re-scoring after each, until the next step would lose more than ``max_drop``
     accuracy on ``select_data`` or one head is left. Report the result on other data.
-    Returns every accepted step, the unpruned model first; the last one's mask is the result.
-    """
+    Returns every accepted step, the unpruned model first and the result last."""
     scores = {"ablation": ablation_drops, "gradient": gradient_importance}
-    if score not in scores:
-        raise ValueError(f'score must be "ablation" or "gradient", got {score!r}')
+    valid.one_of(score, "score", tuple(scores))
     if not 0 <= max_drop < 1:
         raise ValueError(f"max_drop must be in [0, 1), got {max_drop}")
     mask = np.ones(model.n_heads)

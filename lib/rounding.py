@@ -15,8 +15,6 @@ magnifier in ``scale``. The bound is a worst case (typical errors are about sqrt
 the only one that holds on every machine; it ignores u^2 terms, overflow and underflow.
 """
 
-from __future__ import annotations
-
 import numpy as np
 
 from . import _validate as valid

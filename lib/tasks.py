@@ -4,8 +4,6 @@ and at each position the answer a head must fetch. Each task returns (ids, targe
 loss nor in the accuracy.
 """
 
-from __future__ import annotations
-
 import math
 
 import numpy as np
@@ -18,13 +16,9 @@ IGNORE = -1  # target value of a position that is not scored
 def repeating_pattern_task(
     n_seqs: int, seq_len: int, vocab_size: int, period: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Notebook 05's first task: a random pattern of ``period`` tokens, repeated.
-
-    The target at position i is the next token, x[i + 1] = x[i + 1 - period]. It can only
-    be known once the pattern has been seen, so positions i < period - 1 get target -1
-    (not scored). One head that looks ``period - 1`` tokens back solves it.
-    Returns ids (n_seqs, seq_len) and targets (n_seqs, seq_len), both int64.
-    """
+    """Notebook 05's first task: a random pattern of ``period`` tokens, repeated; the target
+    at i is the next token, x[i + 1] = x[i + 1 - period], which one head looking ``period - 1``
+    back finds. Before the pattern has been seen (i < period - 1) the target is -1."""
     _check_task_args(n_seqs, seq_len, vocab_size)
     if not 1 <= period < seq_len:
         raise ValueError(f"period must be in 1..seq_len-1 = 1..{seq_len - 1}, got {period}")
@@ -39,12 +33,8 @@ def repeating_pattern_task(
 def copy_offsets_task(
     n_seqs: int, seq_len: int, vocab_size: int, offsets: tuple[int, ...], rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Random tokens; at position i, answer every x[i - o] for o in ``offsets``.
-
-    Each offset is its own answer ("slot"), read by its own readout: the model needs
-    all of them right at once. Positions i < max(offsets) have no answer and get -1.
-    Returns ids (n_seqs, seq_len) and targets (n_seqs, seq_len, len(offsets)), int64.
-    """
+    """Random tokens; at position i, answer every x[i - o] for o in ``offsets``, each in its
+    own slot: targets (n_seqs, seq_len, len(offsets)), -1 where i < max(offsets)."""
     _check_task_args(n_seqs, seq_len, vocab_size)
     offsets = tuple(int(o) for o in offsets)
     in_range = all(1 <= o < seq_len for o in offsets)
@@ -63,12 +53,9 @@ def copy_offsets_task(
 def last_marked_task(
     n_seqs: int, seq_len: int, vocab_size: int, n_marked: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Random tokens; at position i, answer the most recent *marked* token at or before i.
-
-    The marked tokens are the last ``n_marked`` ids of the vocabulary; positions before the
-    first one get -1. The answer is found by what it is and by recency, never by a fixed
-    offset: notebook 09's second task. Returns ids and targets, both (n_seqs, seq_len), int64.
-    """
+    """Notebook 09's second task: at position i, answer the latest *marked* token (one of the
+    last ``n_marked`` ids) at or before i, found by what it is, never by a fixed offset; -1
+    before the first one."""
     _check_task_args(n_seqs, seq_len, vocab_size)
     n_marked = valid.integer(n_marked, "n_marked", low=1)
     if n_marked >= vocab_size:

@@ -4,8 +4,6 @@ We keep the *fastest* of several timings, not their mean: other work on the mach
 ever adds time, so the fastest run is the closest to what the code itself costs.
 """
 
-from __future__ import annotations
-
 import time
 
 from . import _validate as valid

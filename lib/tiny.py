@@ -6,14 +6,11 @@ Embeddings -> one causal multi-head attention layer -> a linear readout, at ever
     a = MHA(x, x, causal mask, head_mask)   # (batch, n, d)
     logits = a @ W_out + b_out              # (batch, n, classes)
 
-No residual connection, no MLP, no LayerNorm: whatever the readout knows, the attention
-layer had to bring to that position. The parameters are a plain dict of arrays, so that the
-optimiser and the gradient check walk over them by name. Word order enters as
-``positions=`` says, one of :data:`lib.positions.SCHEMES` (notebook 09). The tasks it learns
-are in :mod:`lib.tasks`.
+No residual connection, no MLP, no LayerNorm: whatever the readout knows, the attention layer
+had to bring to that position. The parameters are a plain dict of arrays, so that the
+optimiser and the gradient check walk over them by name. ``positions=`` is one of
+:data:`lib.positions.SCHEMES` (notebook 09); the tasks it learns are in :mod:`lib.tasks`.
 """
-
-from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
@@ -28,8 +25,6 @@ from .tasks import IGNORE
 from .tasks import copy_offsets_task as copy_offsets_task  # also T.<task>, as the notebooks
 from .tasks import last_marked_task as last_marked_task  # call them; they live in lib.tasks
 from .tasks import repeating_pattern_task as repeating_pattern_task
-
-# --------------------------------------------------------------------------- the model
 
 
 @dataclass
@@ -134,22 +129,7 @@ class TinyModel:
         return targets
 
     def _check_ids(self, ids) -> np.ndarray:
-        ids = np.asarray(ids)
-        if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(
-                f"ids must be integers of shape (batch, n), got {ids.dtype} {ids.shape}"
-            )
-        if self.max_len is not None and ids.shape[1] > self.max_len:
-            raise ValueError(
-                f"sequences of length {ids.shape[1]} are longer than the model's "
-                f"max_len={self.max_len}"
-            )
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(
-                f"token ids must be in 0..{self.vocab_size - 1}, got values from "
-                f"{ids.min()} to {ids.max()}"
-            )
-        return ids
+        return valid.token_ids(ids, self.vocab_size, self.max_len)
 
 
 def init_tiny_model(
@@ -185,9 +165,6 @@ def init_tiny_model(
     if positions != "learned":
         del p["pos_emb"]
     return TinyModel({k: v.astype(dtype) for k, v in p.items()}, n_heads, n_slots, positions)
-
-
-# --------------------------------------------------------------------------- training
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
@@ -314,12 +291,10 @@ def position_experiment(
     lr: float = 0.02,
     n_eval: int = 128,
 ) -> list[dict]:
-    """Notebook 09's experiment: train the tiny model with each position scheme and seed
-    (``rng = default_rng(seed)`` draws the model and its ``n_steps`` batches of length
-    ``train_len``; ``task(n_seqs, seq_len, rng) -> (ids, targets)``), then measure its accuracy
-    at each test length on held-out sets shared by all models (seed 1000 + length), scoring
-    beyond ``train_len`` only the positions never trained on. One record {"scheme", "seed",
-    "length", "accuracy"} per (scheme, seed, length)."""
+    """Notebook 09's experiment: for each scheme and seed, train a tiny model (it and its
+    batches ``task(batch, train_len, rng)`` drawn from ``default_rng(seed)``), then measure it
+    at each test length on held-out sets shared by all (seed 1000 + length), scoring only the
+    positions never trained on. Returns records {"scheme", "seed", "length", "accuracy"}."""
     valid.integer(n_steps, "n_steps", low=1)
     train_len = valid.integer(train_len, "train_len", low=2)
     for n in test_lens:

@@ -1,13 +1,8 @@
-"""From our NumPy attention to PyTorch's, and back (notebook 08).
-
-The conventions that differ: torch stores a weight as (d_out, d_in) and computes ``x @ W.T``;
-``nn.MultiheadAttention`` packs W_q, W_k, W_v into one ``in_proj_weight`` (3 d_model,
-d_model), W_q^T first (``in_proj_bias`` likewise); its boolean ``attn_mask`` and
-``key_padding_mask`` mean "may NOT attend", the opposite of ours (and of
-``F.scaled_dot_product_attention``'s). torch is imported only when a function is called.
+"""From our NumPy attention to PyTorch's, and back (notebook 08). torch stores a weight as
+(d_out, d_in) and computes ``x @ W.T``; ``nn.MultiheadAttention`` packs W_q, W_k, W_v into
+one ``in_proj_weight``, and its boolean masks mean "may NOT attend", the opposite of ours
+(and of ``F.scaled_dot_product_attention``'s). torch is imported only when a function is called.
 """
-
-from __future__ import annotations
 
 import numpy as np
 
@@ -20,9 +15,8 @@ def pack_in_proj(params: A.MHAParams) -> tuple[np.ndarray, np.ndarray | None]:
     [W_q | W_k | W_v]^T and in_proj_bias (3 d_model,) = [b_q, b_k, b_v] (None: no biases)."""
     valid.params(params)
     weight = np.concatenate([params.W_q, params.W_k, params.W_v], axis=1).T
-    if not params.has_bias:
-        return np.ascontiguousarray(weight), None
-    return np.ascontiguousarray(weight), np.concatenate([params.b_q, params.b_k, params.b_v])
+    bias = np.concatenate([params.b_q, params.b_k, params.b_v]) if params.has_bias else None
+    return np.ascontiguousarray(weight), bias
 
 
 def to_torch_attn_mask(mask: np.ndarray):

@@ -1,11 +1,7 @@
-"""The toy example that runs through notebooks 01-03.
-
-A six-word vocabulary, one seven-token sentence, d_model = 8 and two heads, with every
-number drawn from ``random.Random(seed)`` in a fixed order. Notebook 01 builds it by hand
-on Python lists and checks it equals :func:`make_toy_model`; later notebooks import it.
+"""The toy example that runs through notebooks 01-03: every number drawn from
+``random.Random(seed)`` in a fixed order. Notebook 01 builds it by hand on Python lists and
+checks it equals :func:`make_toy_model`; later notebooks import it.
 """
-
-from __future__ import annotations
 
 import math
 import random
@@ -45,9 +41,7 @@ class ToyModel:
 
 def make_toy_model(seed: int = SEED) -> ToyModel:
     """Draw, in this order: token embeddings, position embeddings, W_q, W_k, W_v, W_o.
-
-    Embeddings are N(0, 1); weights are N(0, 1/d_model), which keeps x @ W at unit scale.
-    """
+    Embeddings are N(0, 1); weights N(0, 1/d_model), which keeps x @ W at unit scale."""
     rng = random.Random(seed)
     w_scale = 1.0 / math.sqrt(D_MODEL)
     return ToyModel(

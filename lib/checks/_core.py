@@ -33,10 +33,9 @@ class NotAttempted(CheckFailed):
 
 
 def exercise(check: Callable) -> Callable:
-    """Make ``check`` an exercise's check as the notebooks call it: while the exercise is its
-    stub, it prints one line saying so and raises nothing, so that Run all goes on with lib's
-    reference. A grader gets :class:`NotAttempted`: nbgrader sets ``NBGRADER_EXECUTION`` in
-    its kernels, and tools/grade.py calls ``check.__wrapped__``."""
+    """While the exercise is its stub, the check prints one line and raises nothing, so that
+    Run all goes on. Graders still fail it: nbgrader sets ``NBGRADER_EXECUTION``, and
+    tools/grade.py calls ``check.__wrapped__``."""
 
     @functools.wraps(check)
     def checked(*args, **kwargs):
@@ -131,10 +130,15 @@ def call(fn: Callable, name: str, *args, hints=(), refuse=()):
     except Exception as exc:  # noqa: BLE001 - any error in student code becomes a message
         if type(exc).__name__ == "LibCallRefused":  # also when rebuilt by the grader
             raise CheckFailed(str(exc)) from None
-        for exc_type, hint in hints:
+        for exc_type, sentence in hints:
             if isinstance(exc, exc_type):
-                raise CheckFailed(hint(exc) if callable(hint) else hint) from None
+                raise CheckFailed(sentence(exc) if callable(sentence) else sentence) from None
         raise CheckFailed(f"{name} raised {type(exc).__name__}: {exc}") from None
+
+
+def hint(exc_type: type, name: str, advice: str, context: str = "") -> tuple:
+    """A hint for :func:`call`: an ``exc_type`` error quoted, then what to do about it."""
+    return exc_type, lambda exc: f"{name} raised {exc_type.__name__} ({exc}){context}: {advice}"
 
 
 # --------------------------------------------------------------------------- reading answers
@@ -198,11 +202,10 @@ def passed(message: str) -> None:
 
 # --------------------------------------------------------------------------- the mistake table
 def diagnose(got, where: str, mistakes: dict, same=None, tol: float = 1e-7) -> None:
-    """Raise "<where>: <sentence>" for the first mistake in ``mistakes``, {the sentence naming
-    it: what that mistake returns on the check's inputs}, whose answer equals ``got``. A value
-    may be a function of no arguments (called only when needed; one that raises, or returns
-    None, is skipped). ``same(got, wrong)`` decides; by default values within ``tol``, NaN
-    equal to NaN (an unstable mistake's NaNs are part of its signature)."""
+    """Raise "<where>: <sentence>" for the first of ``mistakes``, {sentence: what that mistake
+    returns}, that ``got`` equals by ``same`` (default: within ``tol``, NaN equal to NaN, as an
+    unstable mistake's NaNs are its signature). A value may be a function of no arguments,
+    called only when needed; one that raises or returns None is skipped."""
     if same is None:
         same = functools.partial(close, tol=tol, equal_nan=True)
     for message, wrong in mistakes.items():

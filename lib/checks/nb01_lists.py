@@ -18,6 +18,7 @@ from ._core import (
     expect_bool,
     expect_shape,
     expect_tuple,
+    hint,
     passed,
 )
 
@@ -104,7 +105,7 @@ def check_log_softmax_list(log_softmax_fn: Callable[[list[float]], list[float]])
         f"{name}: scores near -1000 ({_LOW_ROW}) underflow: every exp is 0, so is their "
         "total, and log(0) fails; subtract the row's largest score before exponentiating."
     )
-    if wrong_answer(_LOW_ROW, (ArithmeticError, underflow), (ValueError, underflow)) is not None:
+    if wrong_answer(_LOW_ROW, ((ArithmeticError, ValueError), underflow)) is not None:
         raise CheckFailed(underflow)
 
     log_of_zero = f"{name}: {_TINY}, and you took the log of 0.0, which fails: {_DIRECT}"
@@ -128,10 +129,9 @@ def check_log_softmax_list(log_softmax_fn: Callable[[list[float]], list[float]])
         f"{name}: a masked key (score -inf) has weight 0, so its log-weight is "
         "-inf; the others must be the log-softmax of the unmasked scores alone."
     )
-    got = wrong_answer(_MASKED_ROW, (ArithmeticError, masked), (ValueError, masked))
+    got = wrong_answer(_MASKED_ROW, ((ArithmeticError, ValueError), masked))
     if got is not None:
-        right = log_softmax_reference(_MASKED_ROW)
-        zeroed = [0.0 if s == NEG_INF else v for s, v in zip(_MASKED_ROW, right, strict=True)]
+        zeroed = np.where(np.isneginf(_MASKED_ROW), 0.0, log_softmax_reference(_MASKED_ROW))
         gave_0 = (
             "a masked key has weight 0, and log(0) is -inf: you gave it "
             "0, which is the log-weight of a key that takes all the weight."
@@ -143,8 +143,7 @@ def check_log_softmax_list(log_softmax_fn: Callable[[list[float]], list[float]])
         f"{name}: a row where every score is -inf (nothing to attend to) has "
         "every weight 0, so every log-weight is -inf; return that, without an error"
     )
-    hints = (ArithmeticError, all_masked + "."), (ValueError, all_masked + ".")
-    got = wrong_answer([NEG_INF] * 3, *hints)
+    got = wrong_answer([NEG_INF] * 3, ((ArithmeticError, ValueError), all_masked + "."))
     if got is not None:
         raise CheckFailed(f"{all_masked}; you returned {got.tolist()}.")
     passed("log_softmax_row: exp sums to 1; stable near ±1000 and far apart; masked keys -inf.")
@@ -182,9 +181,8 @@ def _window_mistakes(n: int, w: int) -> dict[str, np.ndarray]:
 
 @exercise
 def check_sliding_window_mask_list(window_mask_fn: Callable[[int, int], list[list[bool]]]) -> None:
-    """Exercise (notebook 01): the sliding-window causal mask as a list of lists of booleans.
-    A mistake is named only when the answer is that mistake's on every (n, window) tried: an
-    answer right on some and wrong on others is not "off by one"."""
+    """Exercise (notebook 01): the sliding-window causal mask as lists of booleans. A mistake
+    is named only when the answer is that mistake's on every (n, window) tried."""
     name = "sliding_window_mask"
     # Largest first: small cases cannot tell mistakes apart. (4, 6): a window longer than
     # the sentence is the plain causal mask; (5, 1): each token sees only itself.
@@ -234,11 +232,10 @@ def check_sliding_window_mask_list(window_mask_fn: Callable[[int, int], list[lis
 
 
 # --------------------------------------------------------------------------- attention
-def _same_weights(got_w, wrong) -> bool:
-    """A mistake's (output, weights) matches when its weights do. Where the student's weights
-    are NaN/inf (an unguarded softmax on a row with nothing to attend to), the mistake's may
-    be 0 or NaN/inf: that must not hide the real mistake."""
-    wrong_w = np.asarray(wrong[1], dtype=float)
+def _same_weights(got_w, wrong_w) -> bool:
+    """Where the student's weights are NaN/inf (an unguarded softmax on a row with nothing to
+    attend to), the mistake's may be 0 or NaN/inf: that must not hide the real mistake."""
+    wrong_w = np.asarray(wrong_w, dtype=float)
     finite = np.isfinite(got_w)
     if got_w.shape != wrong_w.shape or not finite.any():
         return False
@@ -262,41 +259,38 @@ def check_attention_result(result, q, k, v, mask, name, overflow=None):
             "return the pair in the order (output, weights)."
         )
     expect_shape(weights, shape_w, name, "weights (..., n_q, n_k)")
-    if out.shape != shape_o and out.shape == q.shape[:-1] + (k.shape[-1],):
-        with np.errstate(all="ignore"):
-            if close(out, weights @ k):
-                raise CheckFailed(
-                    f"{name}: your output is weights @ k (its width is d_k = "
-                    f"{k.shape[-1]}, not d_v = {v.shape[-1]}); it is weights @ v."
-                )
+    with np.errstate(all="ignore"):
+        if out.shape != shape_o and close(out, weights @ k):
+            raise CheckFailed(
+                f"{name}: your output is weights @ k (its width is d_k = "
+                f"{k.shape[-1]}, not d_v = {v.shape[-1]}); it is weights @ v."
+            )
     expect_shape(out, shape_o, name, "an output (..., n_q, d_v)")
     exp_out, exp_w = A.scaled_dot_product_attention(q, k, v, mask)
     if close(weights, exp_w) and close(out, exp_out):
         return
 
     def finish(scores, mask=mask, axis=-1):
-        """Softmax (over ``axis``) of scores, -inf where mask is False; and weights @ v."""
+        """The weights: softmax (over ``axis``) of scores, -inf where mask is False."""
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
-        w = A.softmax(scores, axis)
-        return w @ v, w
+        return A.softmax(scores, axis)
 
     d_k, n_q, n_k = q.shape[-1], q.shape[-2], k.shape[-2]
     raw = q @ np.swapaxes(k, -1, -2)
     scaled = raw / math.sqrt(d_k)
     mistakes = {}
     if mask is not None:
-        m = np.asarray(mask)
         mistakes = {
             "you multiplied the scores by the mask, so a masked score "
             "becomes 0 and exp(0) still gives its key weight: set the masked "
-            "scores to -inf before the softmax.": finish(scaled * m, None),
+            "scores to -inf before the softmax.": finish(scaled * mask, None),
             "your mask is applied the wrong way round: True means 'may attend', so "
-            "set the scores to -inf where the mask is False.": finish(scaled, ~m),
+            "set the scores to -inf where the mask is False.": finish(scaled, ~mask),
             "the mask had no effect: set the scores to -inf where the "
             "mask is False, before the softmax.": finish(scaled, None),
             "you masked the weights after the softmax, so rows no longer sum to 1: mask "
-            "the scores (with -inf) before the softmax.": (None, A.softmax(scaled) * m),
+            "the scores (with -inf) before the softmax.": A.softmax(scaled) * mask,
         }
     unscaled = finish(raw)
     mistakes |= {
@@ -305,18 +299,16 @@ def check_attention_result(result, q, k, v, mask, name, overflow=None):
         "you multiplied the scores by sqrt(d_k); divide by it.": finish(raw * math.sqrt(d_k)),
     }
     sizes = [(n_q, "queries and keys")] if n_q == n_k else [(n_q, "queries"), (n_k, "keys")]
-    for size, what in sizes:
-        if size != d_k:
-            sqrt_n = (
-                f"you scaled by the square root of the number of {what}; "
-                "d_k is the length of one query vector (the last axis of q)."
-            )
-            mistakes[sqrt_n] = finish(raw / math.sqrt(size))
-    over_queries = (
+    mistakes |= {
+        f"you scaled by the square root of the number of {what}; "
+        "d_k is the length of one query vector (the last axis of q).": finish(raw / math.sqrt(size))
+        for size, what in sizes
+        if size != d_k
+    }
+    mistakes |= {
         "your softmax runs over the queries (columns sum to 1); take "
-        "it over the keys, the last axis, so each query's row sums to 1."
-    )
-    mistakes[over_queries] = finish(scaled, axis=-2)
+        "it over the keys, the last axis, so each query's row sums to 1.": finish(scaled, axis=-2)
+    }
     diagnose(weights, name, mistakes, same=_same_weights)
     if close(weights, exp_w):
         raise CheckFailed(
@@ -350,13 +342,18 @@ _LIB_ATTENTION = (
 def check_attention_list(attention_fn: Callable) -> None:
     """Exercise (notebook 01): attention(Q, K, V, mask) on lists -> (output, weights)."""
     name = "attention"
-    no_mask = (
+    no_mask = hint(
         TypeError,
-        lambda exc: (
-            f"{name} raised TypeError ({exc}) when called with mask=None: no "
-            "mask means every query may attend to every key, so skip the masking."
-        ),
+        name,
+        "no mask means every query may attend to every key, so skip the masking.",
+        " when called with mask=None",
     )
+
+    def run(q, k, v, mask, hints, overflow=None):
+        args = (q.tolist(), k.tolist(), v.tolist(), None if mask is None else mask.tolist())
+        result = call(attention_fn, name, *args, hints=hints, refuse=_LIB_ATTENTION)
+        check_attention_result(result, q, k, v, mask, name, overflow)
+
     rng = np.random.default_rng(1)
     for n_q, n_k, d_k, d_v, masked in (
         (4, 4, 3, 2, True),
@@ -366,11 +363,7 @@ def check_attention_list(attention_fn: Callable) -> None:
     ):
         q, k = rng.normal(size=(n_q, d_k)), rng.normal(size=(n_k, d_k))
         v = rng.normal(size=(n_k, d_v))
-        mask = A.causal_mask(n_q, n_k) if masked else None
-        args = (q.tolist(), k.tolist(), v.tolist(), None if mask is None else mask.tolist())
-        hints = [] if masked else [no_mask]
-        result = call(attention_fn, name, *args, hints=hints, refuse=_LIB_ATTENTION)
-        check_attention_result(result, q, k, v, mask, name)
+        run(q, k, v, A.causal_mask(n_q, n_k) if masked else None, [] if masked else [no_mask])
     # Scores near 2000, spread by a few units: exp overflows unless each row is shifted by
     # its maximum first (L.softmax does it); the weights are still far from one-hot.
     q = 32.0 * (1.0 + 1e-3 * rng.normal(size=(3, 4)))
@@ -380,9 +373,5 @@ def check_attention_list(attention_fn: Callable) -> None:
         f"{name}: exp overflowed on scores near {(q @ k.T).max() / 2:.0f}: "
         "subtract each row's largest score before exponentiating, as L.softmax does."
     )
-    args = (q.tolist(), k.tolist(), v.tolist(), None)
-    result = call(
-        attention_fn, name, *args, hints=[(OverflowError, overflow)], refuse=_LIB_ATTENTION
-    )
-    check_attention_result(result, q, k, v, None, name, overflow)
+    run(q, k, v, None, [(OverflowError, overflow)], overflow)
     passed("attention: scores / sqrt(d_k), softmax over the keys, True = may attend, weights @ V.")

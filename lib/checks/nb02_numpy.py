@@ -15,6 +15,7 @@ from ._core import (
     exercise,
     expect_bool,
     expect_shape,
+    hint,
     passed,
     same_unstable,
 )
@@ -38,12 +39,10 @@ _UNSTABLE = np.array(
 def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 02): vectorised, stable softmax over the last axis."""
     name = "softmax"
-    axis_hint = (
+    axis_hint = hint(
         np.exceptions.AxisError,
-        lambda exc: (
-            f"{name} raised AxisError ({exc}): the input may have any "
-            "number of axes; take the softmax over the last one, axis=-1."
-        ),
+        name,
+        "the input may have any number of axes; take the softmax over the last one, axis=-1.",
     )
 
     def run(x):
@@ -151,8 +150,7 @@ def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
         if np.array_equal(arr, expected):
             continue
         offset = n_k - n_q
-        no_cache = np.zeros((n_q, n_k), dtype=bool)
-        no_cache[:, offset:] = np.tri(n_q, dtype=bool)
+        no_cache = expected & (np.arange(n_k) >= offset)
         square, late, early, wrong_way = (
             np.tri(n_q, n_k, k, dtype=bool) for k in (0, offset + 1, offset - 1, -offset)
         )
@@ -182,12 +180,11 @@ def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
 def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarray]) -> None:
     """Exercise (notebook 02): padding mask of shape (batch, 1, 1, n_k)."""
     name = "padding_mask"
-    list_hint = (
+    list_hint = hint(
         TypeError,
-        lambda exc: (
-            f"{name} raised TypeError ({exc}): lengths may arrive as a Python list, which "
-            "cannot be indexed or compared like an array; convert it to an array first."
-        ),
+        name,
+        "lengths may arrive as a Python list, which cannot be indexed or compared like an "
+        "array; convert it to an array first.",
     )
     for lengths, n_k in (([3, 5, 1], 5), ([0, 2, 4, 1], 4)):
         expected = A.padding_mask(lengths, n_k)

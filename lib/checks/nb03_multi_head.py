@@ -7,21 +7,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._core import CheckFailed, as_array, call, diagnose, exercise, expect_shape, passed
+from ._core import CheckFailed, as_array, call, diagnose, exercise, expect_shape, hint, passed
 
 
 # --------------------------------------------------------------------------- split and merge
 def _leading_hint(name: str, shape: tuple[int, ...], layout: str):
     """An error raised on an input with another number of leading axes: say so."""
-    return (
-        ValueError,
-        lambda exc: (
-            f"{name} raised ValueError ({exc}) for an input of shape {shape}: x may have any "
-            f"number of leading axes in front of {layout} (none, one or several), so name the "
-            "axes from the end (-1, -2, -3) instead of unpacking or transposing a fixed "
-            "number of them."
-        ),
+    advice = (
+        f"x may have any number of leading axes in front of {layout} (none, one or several), so "
+        "name the axes from the end (-1, -2, -3) instead of unpacking or transposing a fixed "
+        "number of them."
     )
+    return hint(ValueError, name, advice, f" for an input of shape {shape}")
 
 
 def _front_axes(wrongs: dict, lead: list, axes: str) -> dict:
@@ -39,12 +36,10 @@ def _front_axes(wrongs: dict, lead: list, axes: str) -> dict:
 def check_split_heads(split_heads_fn: Callable[[np.ndarray, int], np.ndarray]) -> None:
     """Exercise (notebook 03): (..., seq, d_model) -> (..., heads, seq, d_k)."""
     name = "split_heads"
-    float_hint = (
+    float_hint = hint(
         TypeError,
-        lambda exc: (
-            f"{name} raised TypeError ({exc}): shapes must be whole numbers, and "
-            "d_model / n_heads is a float; use integer division."
-        ),
+        name,
+        "shapes must be whole numbers, and d_model / n_heads is a float; use integer division.",
     )
     # One leading axis first (the notebook's case, where the classic mistakes are told
     # apart), then none, then two.
@@ -97,8 +92,7 @@ def check_merge_heads(merge_heads_fn: Callable[[np.ndarray], np.ndarray]) -> Non
         if np.array_equal(got, np.swapaxes(x, -3, -2)):
             raise CheckFailed(
                 f"{where}: the heads axis is in the right place, but (heads, d_k) must still "
-                "become one axis of heads * d_k features: expected shape "
-                "(..., seq, heads * d_k)."
+                "become one axis of heads * d_k features: expected shape (..., seq, heads * d_k)."
             )
         mistakes = {
             "reshaping without moving the heads axis back behind seq mixes tokens together; "
@@ -121,9 +115,8 @@ def check_merge_heads(merge_heads_fn: Callable[[np.ndarray], np.ndarray]) -> Non
 
 # --------------------------------------------------------------------------- parameter count
 def _count(d, s, h, k, v, bias, w_o=None, biases=None) -> int:
-    """Weights (and biases) of multi-head attention: queries from rows of d features, keys and
-    values from rows of s, h heads of query/key width k and value width v, output d features.
-    ``w_o``, ``biases``: other sizes, as mistakes count them."""
+    """Weights (and biases) of a layer reading queries of width d and keys/values of width s,
+    with h heads of widths k and v; ``w_o``, ``biases``: other sizes, as mistakes count them."""
     weights = d * h * k + s * h * k + s * h * v  # W_q (d, h k), W_k (s, h k), W_v (s, h v)
     weights += h * v * d if w_o is None else w_o  # W_o (h v, d)
     b_q, b_k, b_v, b_o = (h * k, h * k, h * v, d) if biases is None else biases

@@ -30,31 +30,21 @@ _SWEEPS = (
 def _sweep_args(config: int, corrupt: bool = False):
     """The arguments of check sweep ``config``; ``corrupt``: every scored target of the
     held-out data moved to another class, so a run measured on it gets almost nothing right."""
-    vocab, n, d_model, offsets, head_counts, seeds, budget, target, every = _SWEEPS[config]
+    vocab, n, d_model, offsets, head_counts, seeds, *rest = _SWEEPS[config]
     ids, targets = T.copy_offsets_task(48, n, vocab, offsets, np.random.default_rng(90 + config))
     if corrupt:
         targets = np.where(targets >= 0, (targets + 1) % vocab, targets)
     make_model = partial(_sweep_model, vocab, n, d_model, len(offsets))
     make_batch = partial(T.copy_offsets_task, 16, n, vocab, offsets)
-    return (
-        make_model,
-        make_batch,
-        (ids, targets),
-        list(head_counts),
-        list(seeds),
-        budget,
-        target,
-        every,
-    )
+    return make_model, make_batch, (ids, targets), list(head_counts), list(seeds), *rest
 
 
 @cache
 def _sweep(config: int, variant: str = "") -> dict:
     """The sweep of check config ``config`` as the protocol runs it (variant ""), or as one
     realistic variant or mistake runs it: {(h, seed): (accuracy, steps, entropy)}."""
-    make_model, make_batch, eval_data, head_counts, seeds, budget, target, every = _sweep_args(
-        config
-    )
+    args = _sweep_args(config)
+    make_model, make_batch, eval_data, head_counts, seeds, budget, target, every = args
     mask = A.causal_mask(eval_data[0].shape[1])
     one = np.random.default_rng(seeds[0])  # "one generator": made once, before the loops
     per_seed = {s: np.random.default_rng(s) for s in seeds}  # "one generator per seed"
@@ -71,10 +61,9 @@ def _sweep(config: int, variant: str = "") -> dict:
                 model, make_batch, data, budget, train_rng, eval_every=every, stop_at=stop
             )
             weights = model.forward(data[0])[1]
+            entropy = H.head_entropy_normalised(weights, mask)
             if variant == "entropy in nats":
                 entropy = H.head_entropy(weights)
-            else:
-                entropy = H.head_entropy_normalised(weights, mask)
             steps = log.steps[-1] if variant == "last step" else log.steps_to(target)
             runs[h, seed] = (log.accuracy[-1], steps, entropy)
     return runs
@@ -114,17 +103,16 @@ def _read_sweep(got, name: str, head_counts, seeds) -> dict:
         except (TypeError, ValueError):
             raise CheckFailed(f"{name}: {where} has an accuracy that is not a number.") from None
         steps = run["steps"]
-        if steps is not None:
-            try:
-                ok = float(steps).is_integer() and not isinstance(steps, bool)
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise CheckFailed(
-                    f"{name}: {where}: 'steps' should be the step count at which the held-out "
-                    f"accuracy first reached the target, or None; got {steps!r}."
-                )
-            steps = int(float(steps))
+        try:
+            ok = steps is None or (float(steps).is_integer() and not isinstance(steps, bool))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise CheckFailed(
+                f"{name}: {where}: 'steps' should be the step count at which the held-out "
+                f"accuracy first reached the target, or None; got {steps!r}."
+            )
+        steps = None if steps is None else int(float(steps))
         entropy = as_array(run["entropy"], name, f"the entropy of {where}")
         expect_shape(entropy, (h,), name, f"one entropy per head for {where}")
         runs[h, s] = (accuracy, steps, entropy)
@@ -146,8 +134,7 @@ _SWEEP_MISTAKES = {
     "one generator": "one generator serves every run, so each run starts where the previous one "
     "left off; make a new np.random.default_rng(seed) for each (h, seed).",
     "per seed": "each seed's generator carries on from one head count to the next, so only the "
-    "first head count starts from the seed; make a new np.random.default_rng(seed) for every "
-    "run.",
+    "first head count starts from the seed; make a new np.random.default_rng(seed) for every run.",
     "no early stop": "your runs carry on after reaching the target; stop a run once its "
     "held-out accuracy reaches it (lib.tiny.train's stop_at).",
     "last step": "'steps' is the last step trained even for runs that never reached the target; "
@@ -159,9 +146,8 @@ _SWEEP_MISTAKES = {
 
 @exercise
 def check_head_count_sweep(sweep_fn: Callable) -> None:
-    """Exercise (notebook 05): the head-count sweep run by the protocol, ``sweep_fn(make_model,
-    make_batch, eval_data, head_counts, seeds, budget, target, eval_every) -> {(h, seed):
-    {"accuracy", "steps", "entropy"}}``, compared with lib's on two small sweeps."""
+    """Exercise (notebook 05): the head-count sweep run by the protocol, {(h, seed): {"accuracy",
+    "steps", "entropy"}}, compared with lib's on two small sweeps."""
     name = "head_count_sweep"
     for config in range(len(_SWEEPS)):
         args = _sweep_args(config)
@@ -180,9 +166,8 @@ def check_head_count_sweep(sweep_fn: Callable) -> None:
 
 
 def _protocol_rules(sweep_fn, name, config, runs) -> None:
-    """Raise the first rule of the protocol that ``runs`` break: accuracies in [0, 1],
-    ``steps`` consistent with the accuracy, entropies normalised, the same seeds give the
-    same runs and different seeds different ones, accuracy measured on the held-out data."""
+    """Raise the first rule of the protocol that ``runs`` break: accuracies in [0, 1] and
+    consistent with ``steps``, entropies normalised, seeds reproducible, held-out accuracy."""
     head_counts, seeds, _, target = _SWEEPS[config][4:8]
     for (h, s), (acc, steps, ent) in runs.items():
         where = f"(h, seed) = ({h}, {s})"
@@ -310,9 +295,8 @@ def _same_count(a, b) -> bool:
 
 @exercise
 def check_smallest_sufficient_heads(smallest_fn: Callable) -> None:
-    """Exercise (notebook 05): from a sweep's results, the smallest head count with which every
-    seed reached the target, or None. A misreading is named only when the answer is that
-    misreading's on every sweep tried."""
+    """Exercise (notebook 05): the smallest head count with which every seed reached the target,
+    or None. A misreading is named only when the answer is its answer on every sweep tried."""
     name = "smallest_sufficient_heads"
     answers = []
     for results, target in _SUFFICIENT_TABLES:

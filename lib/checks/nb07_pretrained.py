@@ -22,9 +22,8 @@ from ._core import (
 
 
 def _padded_weights(seed, lead, lengths, heads, scale=1.5, planted=None):
-    """Attention weights (*lead, batch, heads, n, n) of random scores with the padded keys
-    masked, and the (batch, n) mask of real tokens. ``planted``: {offset: (layer, head)}, a
-    head that looks at key i + offset."""
+    """Weights (*lead, batch, heads, n, n) of random scores, padded keys masked, and the (batch,
+    n) mask of real tokens; ``planted``: {offset: (layer, head)} that looks at key i + offset."""
     rng = np.random.default_rng(seed)
     n = max(lengths)
     mask = A.padding_mask(np.asarray(lengths), n)[:, 0, 0, :]
@@ -70,9 +69,8 @@ def check_target_score(score_fn: Callable[[np.ndarray, np.ndarray, np.ndarray], 
             }
             diagnose(got, name, mistakes)
             raise CheckFailed(
-                f"{name}: wrong values for the {kind!r} targets; for each head, add up the "
-                "weight each chosen query puts on its target keys, then average over those "
-                "queries."
+                f"{name}: wrong values for the {kind!r} targets; for each head, add up the weight "
+                "each chosen query puts on its target keys, then average over those queries."
             )
     passed("target_score: mean weight on the targets over exactly the chosen queries, per head.")
 
@@ -121,9 +119,8 @@ _WRAPPED = (
 
 @exercise
 def check_find_offset_head(find_fn: Callable[[np.ndarray, np.ndarray, int], tuple]) -> None:
-    """Exercise (notebook 07): the (layer, head, score) of the head that puts the most weight
-    on the token ``offset`` places away (key i + offset), scored over the queries that have
-    such a key among the real tokens of their sentence."""
+    """Exercise (notebook 07): the (layer, head, score) of the head that puts the most weight on
+    key i + offset, over the queries that have such a key among their sentence's real tokens."""
     name = "find_offset_head"
     cases = (
         (71, {-1: (2, 1), 1: (0, 3), -2: (1, 2), 2: (2, 0)}, 3, 4, [7, 4, 6], (-1, 2)),
@@ -174,14 +171,12 @@ def check_find_offset_head(find_fn: Callable[[np.ndarray, np.ndarray, int], tupl
             diagnose(got, name, mistakes)
             if got[:2] == want[:2]:
                 raise CheckFailed(
-                    f"{name}: the right head, but its score {got[2]:.4f} should be "
-                    f"{score:.4f}: the mean weight on key i + offset over the queries that "
-                    "have such a key."
+                    f"{name}: the right head, but its score {got[2]:.4f} should be {score:.4f}: "
+                    "the mean weight on key i + offset over the queries that have such a key."
                 )
             raise CheckFailed(
                 f"{name}: ({got[0]}, {got[1]}) is not the head that puts the most weight on "
-                f"key i + offset for offset {offset:+d}; score every head, then take the "
-                "largest."
+                f"key i + offset for offset {offset:+d}; score every head, then take the largest."
             )
     passed("find_offset_head: found the planted head for four offsets, with its score.")
 

@@ -32,9 +32,8 @@ def _to_numpy(value, name: str, what: str) -> np.ndarray:
 
 
 def _torch_rows(mask: np.ndarray, n_heads: int, head_major: bool = False) -> np.ndarray:
-    """Our (batch, 1 or heads, n_q, n_k) mask, True = may attend, as torch's 3-axis
-    ``attn_mask``, True = may NOT attend: row b * n_heads + h is sequence b, head h
-    (``head_major``: row h * batch + b, a mistake)."""
+    """Our mask (True = may attend) as torch's 3-axis ``attn_mask`` (True = may NOT attend): row
+    b * n_heads + h is sequence b, head h (``head_major``: row h * batch + b, a mistake)."""
     b, _, n_q, n_k = mask.shape
     blocked = ~np.broadcast_to(mask, (b, n_heads, n_q, n_k))
     if head_major:
@@ -71,15 +70,13 @@ def check_torch_mask(to_torch_mask_fn: Callable) -> None:
         arr = got.detach().cpu().numpy()
         if arr.shape == (b, n_q, n_k) and n_heads > 1:
             raise CheckFailed(
-                f"{name}: torch wants one (n_q, n_k) mask per sequence *and head*, shape "
-                f"(batch * n_heads, n_q, n_k) = {want.shape}; yours has one per sequence, "
-                f"{arr.shape}."
+                f"{name}: torch wants one (n_q, n_k) mask per sequence *and head*, shape (batch "
+                f"* n_heads, n_q, n_k) = {want.shape}; yours has one per sequence, {arr.shape}."
             )
         if arr.ndim == 4:
             raise CheckFailed(
                 f"{name}: torch's attn_mask has three axes, (batch * n_heads, n_q, n_k) = "
-                f"{want.shape}; yours has four, {arr.shape}: put the batch and head axes "
-                "into one."
+                f"{want.shape}; yours has four, {arr.shape}: put the batch and head axes into one."
             )
         if arr.shape == (b * n_heads, n_k, n_q) and n_q != n_k:
             raise CheckFailed(
@@ -235,22 +232,17 @@ def attention_cases() -> list:
     params2 = A.init_mha_params(6, 3, rng, bias=False)
     x = rng.normal(size=(3, 4, 6))
     # sequence 1 has no real token: none of its queries sees a key
-    mask2 = np.broadcast_to(A.causal_mask(4) & A.padding_mask([4, 0, 2], 4), (3, 1, 4, 4))
+    mask2 = A.causal_mask(4) & A.padding_mask([4, 0, 2], 4)  # (3, 1, 4, 4)
     params3 = A.init_mha_params(6, 3, rng, bias=True)
     x3 = rng.normal(size=(2, 4, 6))
-    mask3 = np.broadcast_to(A.causal_mask(4) & A.padding_mask([4, 0], 4), (2, 1, 4, 4))
-    return [
-        (params1, x_q, x_kv, mask1),
-        (params2, x, x, mask2.copy()),
-        (params3, x3, x3, mask3.copy()),
-    ]
+    mask3 = A.causal_mask(4) & A.padding_mask([4, 0], 4)
+    return [(params1, x_q, x_kv, mask1), (params2, x, x, mask2), (params3, x3, x3, mask3)]
 
 
 @exercise
 def check_torch_attention(attention_fn: Callable) -> None:
-    """Exercise (notebook 08): nn.MultiheadAttention run on our inputs and mask (batch, 1, n_q,
-    n_k) so that it answers as A.multi_head_attention, also for queries with nothing to attend
-    to (weights 0, output b_o or 0)."""
+    """Exercise (notebook 08): nn.MultiheadAttention run so that it answers as
+    A.multi_head_attention, queries with nothing to attend to included (weights 0, output b_o)."""
     import torch
 
     name = "torch_attention"
@@ -279,9 +271,8 @@ def check_torch_attention(attention_fn: Callable) -> None:
         want_rows = want_w.transpose(0, 2, 1, 3)
         if np.isnan(out[~empty]).any() or np.isnan(w_rows[~empty]).any():
             raise CheckFailed(
-                f"{name}: NaN for queries that may attend to some keys: torch's boolean "
-                "attn_mask is True where a query may NOT attend, the opposite of ours "
-                "(exercise 1)."
+                f"{name}: NaN for queries that may attend to some keys: torch's boolean attn_mask "
+                "is True where a query may NOT attend, the opposite of ours (exercise 1)."
             )
         if np.isnan(out).any() or np.isnan(w).any():
             raise CheckFailed(
@@ -322,8 +313,7 @@ def check_torch_attention(attention_fn: Callable) -> None:
         if params.has_bias and close(out[empty], np.zeros_like(want_out[empty])):
             raise CheckFailed(
                 f"{name}: the output of a query with nothing to attend to is b_o, not 0: its "
-                "attention output is 0, then the output projection adds its bias "
-                "(out_proj.bias)."
+                "attention output is 0, then the output projection adds its bias (out_proj.bias)."
             )
         raise CheckFailed(
             f"{name}: the output of a query with nothing to attend to (sequence {seq}, query "

@@ -42,26 +42,23 @@ def check_sinusoidal_shift(shift_fn: Callable[[int, int, float], np.ndarray]) ->
         if close(got, expected, 1e-9):
             continue
         at = f"(k={k}, d_model={d}, base={base:g})"
-
-        def shifted(k=k, base=base, **mistake):
-            return _shift(k, d, base, **mistake)
-
+        shift = functools.partial(_shift, k=k, d=d, base=base)
         mistakes = {
             f"your matrix moves positions by -k {at}: it is the map for column vectors, R PE[p]; "
             "with row vectors, PE[p] @ R, the sines change sign (transpose it).": expected.T,
             "the frequencies are base^(-2i / d_model) for pair i, the exponent of the table's "
-            f"columns 2i and 2i+1; yours use -i / d_model {at}.": shifted(two=False),
+            f"columns 2i and 2i+1; yours use -i / d_model {at}.": shift(two=False),
             f"the exponent's sign is flipped {at}: frequencies fall from 1 radian per "
-            "position, base^(-2i / d_model), they do not grow.": shifted(sign=1.0),
-            f"you used the base 10000 instead of the base passed in {at}.": shifted(base=10000.0),
-            f"your matrix shifts by k + 1 {at}; PE[p] @ R must be PE[p + k].": shifted(k + 1),
-            f"your matrix shifts by k - 1 {at}; PE[p] @ R must be PE[p + k].": shifted(k - 1),
+            "position, base^(-2i / d_model), they do not grow.": shift(sign=1.0),
+            f"you used the base 10000 instead of the base passed in {at}.": shift(base=10000.0),
+            f"your matrix shifts by k + 1 {at}; PE[p] @ R must be PE[p + k].": shift(k=k + 1),
+            f"your matrix shifts by k - 1 {at}; PE[p] @ R must be PE[p + k].": shift(k=k - 1),
             "the table interleaves sin and cos (columns 2i and 2i+1 share a frequency); you "
-            f"paired column i with i + d_model/2 {at}.": shifted(layout="half"),
+            f"paired column i with i + d_model/2 {at}.": shift(layout="half"),
             f"cos(k w) and sin(k w) are swapped {at}: cos goes on the diagonal of each 2 x 2 "
-            "block (for k = 0 the matrix must be the identity).": shifted(cos_sin=False),
+            "block (for k = 0 the matrix must be the identity).": shift(cos_sin=False),
             f"every pair turns by the same angle k {at}; pair i turns by k "
-            "times its own frequency w_i.": shifted(freq=False),
+            "times its own frequency w_i.": shift(freq=False),
         }
         diagnose(got, name, mistakes, tol=1e-9)
         # A fit to the table: right on the positions it saw, yet not the rotation matrix.
@@ -93,11 +90,7 @@ def _turn(x, base, layout="interleaved", start=0, direction=1.0, two=True):
     i = np.arange(d // 2)
     angles = (np.arange(n) + start)[:, None] * base ** (-(2 * i if two else i) / d)[None, :]
     c, s = np.cos(angles), direction * np.sin(angles)
-    first, second = (
-        (slice(0, d, 2), slice(1, d, 2))
-        if layout == "interleaved"
-        else (slice(0, d // 2), slice(d // 2, d))
-    )
+    first, second = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + d // 2)
     out = np.empty_like(x)
     out[..., first] = x[..., first] * c - x[..., second] * s
     out[..., second] = x[..., second] * c + x[..., first] * s
@@ -127,7 +120,6 @@ def check_rope_scores(scores_fn: Callable[[np.ndarray, np.ndarray, float], np.nd
             continue
         half_q, half_k = _turn(q, base, "half"), _turn(k, base, "half")
         at = f"(q and k of shape {q.shape}, base={base:g})"
-
         unscaled = expected * math.sqrt(shape[-1])
 
         def both(base=base, **mistake):  # q and k turned with the same mistake
@@ -148,9 +140,8 @@ def check_rope_scores(scores_fn: Callable[[np.ndarray, np.ndarray, float], np.nd
             "appears only when both are turned).": _scores(turned_q, k),
             "only k is turned; turn q by its positions too (the offset "
             "appears only when both are turned).": _scores(q, turned_k),
-            "your rotation turns the wrong way: a pair (a, b) at "
-            "angle t becomes (a cos t - b sin t, b cos t + a sin "
-            "t).": both(direction=-1.0),
+            "your rotation turns the wrong way: a pair (a, b) at angle t becomes "
+            "(a cos t - b sin t, b cos t + a sin t).": both(direction=-1.0),
             "pair i turns at base^(-2i / d_k); your frequencies use -i / d_k.": both(two=False),
             f"you used the base 10000 instead of the base passed in {at}.": both(base=10000.0),
             "q's positions start at 1 and k's at 0; both count from 0 "
@@ -221,9 +212,9 @@ def check_alibi_bias(bias_fn: Callable[[int, int, np.ndarray], np.ndarray]) -> N
         }
         mistakes = {message: wrong[seen] for message, wrong in mistakes.items()}
         diagnose(got[seen], name, mistakes, tol=1e-12)
-        difference = got - expected
-        if np.all(np.isfinite(got[seen])) and all(
-            np.ptp(difference[hh, r][seen[hh, r]]) < 1e-9 for hh in range(h) for r in range(n_q)
+        rows = np.where(seen, got - expected, np.nan)  # the entries compared, row by row
+        if np.isfinite(got[seen]).all() and np.all(
+            np.nanmax(rows, -1) - np.nanmin(rows, -1) < 1e-9
         ):
             raise CheckFailed(
                 f"{name}: your bias differs from ALiBi's by a constant on each query row {at}: "

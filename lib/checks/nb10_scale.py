@@ -24,9 +24,8 @@ from ._core import (
 
 # --------------------------------------------------------------------------- online softmax
 def _online_states(rows: int, b: int, d_v: int, seed: int):
-    """(m, l, acc, scores, v) of three key blocks, each state right after the blocks before:
-    from the start (m = -inf); a larger maximum in some rows; a row masked in this block,
-    after a row masked in every block so far (m still -inf)."""
+    """(m, l, acc, scores, v) of three key blocks in turn: from the start (m = -inf), a maximum
+    that grows, a row masked in every block so far (m still -inf) and one masked in this one."""
     rng = np.random.default_rng(seed)
     blocks = [rng.normal(scale=2.0, size=(rows, b)) for _ in range(3)]
     blocks[0][0] = -np.inf  # row 0 sees nothing in block 1 ...
@@ -75,10 +74,7 @@ _UPDATE_MISTAKES = {
 
 
 def _same_update(got, wrong) -> bool:
-    return all(
-        np.shape(x) == np.shape(y) and np.allclose(x, y, rtol=1e-9, atol=1e-9, equal_nan=True)
-        for x, y in zip(got, wrong, strict=True)
-    )
+    return all(close(x, y, 1e-9, equal_nan=True) for x, y in zip(got, wrong, strict=True))
 
 
 @exercise
@@ -225,9 +221,8 @@ def _gqa_reference(q, k, v, mapping="interleave", scale=True, axis=-1):
 
 @exercise
 def check_gqa_attention(gqa_fn: Callable) -> None:
-    """Exercise (notebook 10): attention with grouped key/value heads: q (batch, heads, n_q,
-    d_k), k (batch, kv heads, n_k, d_k), v (batch, kv heads, n_k, d_v) -> (batch, heads,
-    n_q, d_v); query head i reads key/value head i // (heads / kv heads)."""
+    """Exercise (notebook 10): attention with grouped key/value heads, k and v (batch, kv heads,
+    n_k, d): query head i reads key/value head i // (heads / kv heads)."""
     name = "gqa_attention"
     rng = np.random.default_rng(30)
     for batch, h, kv, n_q, n_k, d_k, d_v in (

@@ -205,7 +205,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match=r"do not fit attention_mask \(2, 5\)"):
         HT.head_type_scores(w, np.ones((2, 5), bool), tokens_for([4, 4]))
     with pytest.raises(ValueError, match=r"attention_mask must be \(batch, n\)"):
-        HT.normalised_entropy(w, np.ones(4, bool))
+        HT.head_type_scores(w, np.ones(4, bool), tokens_for([4, 4]))
     with pytest.raises(ValueError, match="2..n=4 tokens"):
         HT.target_masks([["[CLS]"]], 4)
     with pytest.raises(ValueError, match="2..n=4 tokens"):

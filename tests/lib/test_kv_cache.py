@@ -19,7 +19,7 @@ def test_query_heads_of_a_group_share_their_key_value_head():
     repeat's (which would pair query heads 0, 2 with kv head 0 and 1, 3 with kv head 1)."""
     rng = np.random.default_rng(3)
     p = KV.init_gqa_params(8, 4, 2, rng)
-    assert (p.n_heads, p.n_kv_heads, p.group, p.W_k.shape) == (4, 2, 2, (8, 4))
+    assert (p.n_heads, p.n_kv_heads, p.W_k.shape) == (4, 2, (8, 4))
     x = rng.normal(size=(1, 5, 8))
     zeroed = dataclasses.replace(p, W_v=np.where(np.arange(4) < 2, 1.0, 0.0) * p.W_v)
     heads = KV.grouped_query_attention(x, x, dataclasses.replace(zeroed, W_o=np.eye(8)))[0]
@@ -46,7 +46,7 @@ def test_mean_pooling_a_trained_layer():
         return R.tolerance(np.float64, a.shape[axis], np.abs(a).mean(axis=axis))
 
     g = KV.gqa_from_mha(p, 2)  # groups of three heads: 0-2 and 3-5
-    assert isinstance(g, KV.GQAParams) and (g.n_heads, g.n_kv_heads, g.group) == (6, 2, 3)
+    assert isinstance(g, KV.GQAParams) and (g.n_heads, g.n_kv_heads) == (6, 2)
     groups = p.W_k[:, :6].reshape(12, 3, 2)
     assert_within(g.W_k[:, :2], groups.mean(axis=1), mean_tol(groups, 1), "W_k")
     groups = p.b_v[6:].reshape(3, 2)

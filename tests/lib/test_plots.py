@@ -1,8 +1,13 @@
 """lib/plots.py's ``show``: it stores the alt text with the figure and closes the figure. (The
 rule for what an alt text must say is tools/figure_alt.py's, tested with the notebooks.)"""
 
+import subprocess
+import sys
+
+import matplotlib as mpl
 import matplotlib.pyplot as plt
 import pytest
+from matplotlib.colors import to_rgb
 
 from lib import plots
 
@@ -26,23 +31,49 @@ def test_show_refuses_a_missing_alt_text(alt):
     plt.close(fig)
 
 
+def test_the_course_theme_is_seaborns_without_importing_seaborn():
+    code = "import sys, lib.plots; lib.plots.use_course_theme(); print('seaborn' in sys.modules)"
+    assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "False"
+    sns = pytest.importorskip("seaborn")
+
+    def theme_set_by(set_theme):  # the rcParams and the one-letter colour codes, as RGB
+        with mpl.rc_context():
+            set_theme()
+            rc = {key: mpl.rcParams[key] for key in mpl.rcParams if key != "backend"}
+            cycle = mpl.rcParams["axes.prop_cycle"].by_key()["color"]
+            rc["axes.prop_cycle"] = [to_rgb(colour) for colour in cycle]
+        return rc | {code: to_rgb(code) for code in "bgrmyck"}
+
+    rc = {"figure.dpi": plots.FIGURE_DPI, "savefig.dpi": plots.FIGURE_DPI, "axes.titlesize": 10}
+    seaborns = theme_set_by(
+        lambda: sns.set_theme(style="whitegrid", palette="colorblind", font_scale=0.8, rc=rc)
+    )
+    ours = theme_set_by(plots.use_course_theme)
+    assert {key for key in ours if ours[key] != seaborns[key]} == {"image.cmap", "font.sans-serif"}
+    assert ours["image.cmap"] == "viridis"  # matplotlib's: seaborn's "rocket" needs seaborn
+    # Seaborn's list goes on after DejaVu Sans, which matplotlib ships: never reached.
+    assert ours["font.sans-serif"] == seaborns["font.sans-serif"][:2] == ["Arial", "DejaVu Sans"]
+
+
 def test_the_flow_of_one_head_names_every_step_with_its_shape():
     fig = plots.plot_attention_flow(n=7, d_model=8, d_k=4)
     texts = [t for t in fig.axes[0].texts if t.get_text()]
-    labels = [t.get_text().split("\n") for t in texts]
-    assert labels == [
-        ["X", "(7, 8)"],
-        ["$\\times\\ W_Q$", "(8, 4)"],
-        ["$\\times\\ W_K$", "(8, 4)"],
-        ["$\\times\\ W_V$", "(8, 4)"],
-        ["Q", "(7, 4)"],
-        ["K", "(7, 4)"],
-        ["V", "(7, 4)"],
-        ["scores", "$QK^\\top / \\sqrt{4}$", "(7, 7)"],
-        ["softmax", "of each row"],
-        ["weights", "(7, 7)"],
-        ["output", "weights V", "(7, 4)"],
-    ]
+    labels = sorted(t.get_text().split("\n") for t in texts)  # in any order
+    assert labels == sorted(
+        [
+            ["X", "(7, 8)"],
+            ["$\\times\\ W_Q$", "(8, 4)"],
+            ["$\\times\\ W_K$", "(8, 4)"],
+            ["$\\times\\ W_V$", "(8, 4)"],
+            ["Q", "(7, 4)"],
+            ["K", "(7, 4)"],
+            ["V", "(7, 4)"],
+            ["scores", "$QK^\\top / \\sqrt{4}$", "(7, 7)"],
+            ["softmax", "of each row"],
+            ["weights", "(7, 7)"],
+            ["output", "weights V", "(7, 4)"],
+        ]
+    )
     assert all(t.get_fontsize() >= plots.SMALLEST_FONT_PT for t in texts)
     arrows = [t for t in fig.axes[0].texts if not t.get_text()]
     assert len(arrows) == 12  # X to the three projections, ..., weights and V to the output

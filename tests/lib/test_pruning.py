@@ -93,7 +93,9 @@ def test_prune_iteratively_stops_before_losing_more_than_a_point(trained, score)
 
 def test_prune_iteratively_bad_arguments(trained):
     model, select, _ = trained
-    with pytest.raises(ValueError, match='score must be "ablation" or "gradient"'):
+    with pytest.raises(
+        ValueError, match="score must be one of 'ablation', 'gradient', got 'random'"
+    ):
         PR.prune_iteratively(model, select, score="random")
     with pytest.raises(ValueError, match=r"max_drop must be in \[0, 1\)"):
         PR.prune_iteratively(model, select, max_drop=1.0)

@@ -1,6 +1,6 @@
 """The notebooks and the README speak to a learner: no course machinery, no typed measurements.
 
-Two rules, each with a planted example that must fail it:
+Three rules, each with a planted example that must fail it:
 
 - **No machinery.** Nowhere (code comments included) do the notebooks or the README name the
   course's process: issue numbers, benchmark "bars", the "syllabus" or a "seed tutorial",
@@ -14,6 +14,13 @@ Two rules, each with a planted example that must fail it:
   cell, never typed into markdown: typed, it goes stale while the cell beside it moves. A
   cell that says where its numbers are published (a link or a citation "et al.", a year in
   parentheses) may quote that publication's figures.
+- **No measured share typed into prose.** Nor is an accuracy, a weight, an entropy, a loss, a
+  score, a similarity, a p-value or a correlation: a fraction such as 0.47 in a sentence about
+  one of them is printed by a cell, and the prose says what it shows in words that stay true if
+  it moves a little (about half, nearly all). Nor is any number read off the output of the cell
+  before and rounded (88.7 for a printed 88.72). Arithmetic (``1/64 = 0.016``) and a sentence
+  citing its source may stand; a parameter the prose must name (a threshold) is listed in
+  ``DERIVED``.
 """
 
 import re
@@ -30,7 +37,7 @@ APPENDIX = re.compile(r"^## Going further\b", re.MULTILINE)
 
 # Anywhere in a notebook or the README.
 MACHINERY = [
-    (re.compile(r"\bissues?\s*#?\d+|#\d{2,}\b", re.IGNORECASE), "an issue number"),
+    (re.compile(r"\bissues?\s*#?\d+|#(?![\da-f]{6}\b)\d{2,}\b", re.I), "an issue number"),
     (re.compile(r"\bsyllabus", re.IGNORECASE), "the syllabus"),
     (re.compile(r"\bseed tutorials?\b", re.IGNORECASE), "the seed tutorials"),
     (re.compile(r"\bE\d{1,2}\.\d\b"), "an experiment code"),
@@ -55,8 +62,28 @@ MEASURED = re.compile(
 )
 PUBLISHED = re.compile(r"\]\(https?://|\bet al\.|\(\d{4}\)|, \d{4}\)")
 
-# (notebook, quantity as written) -> why it may stand in the prose: arithmetic, not a run.
-DERIVED: dict[tuple[str, str], str] = {}
+# A measured share: a fraction (0.47, .5, 1.00; not "1/64 = 0.016", arithmetic) in a sentence
+# that speaks of what runs measure.
+SHARE = re.compile(r"(?<![\w.=/])(?<!\d = )(?<!\d=)(?:0?\.\d+|1\.0+)(?!\w|\.\d)")
+SHARE_CONTEXT = re.compile(
+    r"\b(?:accurac(?:y|ies)|p-values?|p = |Spearman|correlations?|cosines?|loss(?:es)?|right|"
+    r"entrop(?:y|ies)|of\s+(?:its|their)\s+weight|largest\s+weights?|scores?|similarit(?:y|ies)|"
+    r"standard\s+deviations?|attention|on\s+average)\b"
+)
+# Any decimal number, as typed in prose or printed by a cell.
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.]\d)")
+SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+|\n\s*\n|\n(?=\s*[-*|] )")
+
+# (notebook, quantity as written) -> why it may stand in the prose: arithmetic or a parameter,
+# not a run.
+DERIVED: dict[tuple[str, str], str] = {
+    ("07", "0.5"): "HT.classify_heads' threshold for a head type (a parameter)",
+    ("07", "0.75"): "HT.classify_heads' normalised entropy for 'broad' (a parameter)",
+    ("07", "0.4"): "the lowest of the thresholds the cell tries (a parameter)",
+    ("07", "0.6"): "the highest of the thresholds the cell tries (a parameter)",
+    ("09", "0.23"): "ALiBi on equal content scores: a softmax of -m x distance (arithmetic)",
+    ("09", "0.18"): "ALiBi on equal content scores: a softmax of -m x distance (arithmetic)",
+}
 
 
 def cells(nb):
@@ -107,6 +134,45 @@ def typed_measurements(nb, number: str) -> list[str]:
     return found
 
 
+def printed(cell) -> str:
+    """What a code cell printed: its streams and the plain text of its results."""
+    return "".join(
+        o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in cell.outputs
+    )
+
+
+def read_off(quantity: str, output: str) -> bool:
+    """Whether ``quantity`` rounds a longer number of ``output`` (88.7 for 88.72)."""
+    places = len(quantity.split(".")[1])
+    return any(
+        len(x.split(".")[1]) > places and f"{float(x):.{places}f}" == quantity
+        for x in DECIMAL.findall(output)
+    )
+
+
+def typed_shares(nb, number: str) -> list[str]:
+    found, output = [], ""  # output: what the last code cell printed
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            output = printed(cell)
+        if cell.cell_type != "markdown":
+            continue
+        text = re.sub(r"\$[^$]*\$|`[^`]*`", "", cell.source)  # maths and code: not prose
+        for sentence in SENTENCE_END.split(text):
+            if PUBLISHED.search(sentence):
+                continue
+            shares = SHARE.findall(sentence) if SHARE_CONTEXT.search(sentence) else []
+            shares += [
+                q for q in DECIMAL.findall(sentence) if read_off(q, output) and q not in shares
+            ]
+            found += [
+                f"cell {index}: {q!r} typed into prose"
+                for q in shares
+                if (number, q) not in DERIVED
+            ]
+    return found
+
+
 @pytest.mark.parametrize(
     "path", NOTEBOOKS, ids=lambda p: p.relative_to(ROOT / "notebooks").stem[:9]
 )
@@ -120,6 +186,14 @@ def test_notebooks_do_not_speak_of_the_courses_machinery(path):
 )
 def test_no_measured_number_is_typed_into_prose(path):
     problems = typed_measurements(nbformat.read(path, as_version=4), path.name[:2])
+    assert not problems, f"{path.name}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "path", NOTEBOOKS, ids=lambda p: p.relative_to(ROOT / "notebooks").stem[:9]
+)
+def test_no_measured_share_is_typed_into_prose(path):
+    problems = typed_shares(nbformat.read(path, as_version=4), path.name[:2])
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
 
@@ -169,7 +243,7 @@ def test_planted_machinery_is_found():
         "As issue 24 asked, the syllabus's experiment E12.2 meets its bars on CI.",
         "code:y = 2  # noqa: NPY002",
         "Run `make bench` on this machine: SkylakeX kernels.",
-        "A colour bar, a bar chart and error bars are fine.",
+        "A colour bar in #949494, a bar chart and error bars are fine.",
         "## Going further: the machine",
         "`make bench` on this machine, with Haswell kernels, is allowed here; issue 3 is not.",
     )
@@ -210,6 +284,33 @@ def test_planted_measurements_are_found():
         "3.2 GFLOP/s",
         "120 tokens/s",
         "2x",
+    ], problems
+
+
+def test_planted_shares_are_found():
+    nb = planted(
+        "The head puts 0.68 of its weight on `sat`; the test accuracy is .9993 at six heads.",
+        "Spearman's correlation lies between 0.762 and 0.874: p = 0.066, with entropy 1.00.",
+        "Chance is 1/64 = 0.016 of the positions right; `lr = 0.01` is a parameter.",
+        "Ainslie et al. (2023) report 0.95 accuracy after 5 % of the steps; quoted.",
+        "Here $0.5 x$ is algebra, and the model has 0.9 million weights.",
+        "The largest weight stays at about 0.24; the mean score is 0.33 and the similarity 0.379.",
+        "code:print(f'{np.log(np.finfo(np.float32).max):.2f}')",
+        "A float32 score above 88.7 overflows; a 2.0 not in the output above is not read off it.",
+    )
+    nb.cells[-2].outputs = [nbformat.v4.new_output("stream", text="88.72\n")]
+    problems = typed_shares(nb, "99")
+    assert [p.split("'")[1] for p in problems] == [
+        "0.68",
+        ".9993",
+        "0.762",
+        "0.874",
+        "0.066",
+        "1.00",
+        "0.24",
+        "0.33",
+        "0.379",
+        "88.7",
     ], problems
 
 
