@@ -33,6 +33,11 @@ from .nb07_pretrained import (
 from .nb08_pytorch import check_from_torch, check_torch_attention, check_torch_mask
 from .nb09_positions import check_alibi_bias, check_rope_scores, check_sinusoidal_shift
 from .nb10_scale import check_decode_step, check_gqa_attention, check_online_softmax_update
+from .nb11_induction import (
+    check_ablation_losses,
+    check_predict_from_pattern,
+    check_prefix_matching_score,
+)
 
 __all__ = ["CheckFailed", "UnknownExercise", "show_solution"]
 __all__ += ["check_attention_list", "check_log_softmax_list", "check_sliding_window_mask_list"]
@@ -52,3 +57,4 @@ __all__ += ["check_coreference_accuracy", "check_find_offset_head", "check_targe
 __all__ += ["check_from_torch", "check_torch_attention", "check_torch_mask"]
 __all__ += ["check_alibi_bias", "check_rope_scores", "check_sinusoidal_shift"]
 __all__ += ["check_decode_step", "check_gqa_attention", "check_online_softmax_update"]
+__all__ += ["check_ablation_losses", "check_predict_from_pattern", "check_prefix_matching_score"]

@@ -15,6 +15,7 @@ import torch
 from helpers import attention_lists, stub
 from test_checks_09 import NB09_MUTANTS, least_squares_shift
 from test_checks_10 import NB10_MUTANTS
+from test_checks_11 import NB11_MUTANTS
 from test_checks_robustness import REFERENCES
 
 from lib import attention as A
@@ -862,6 +863,7 @@ MUTANTS["check_sinusoidal_shift"] = [
 
 
 MUTANTS.update(NB10_MUTANTS)  # notebook 10's, written in test_checks_10.py
+MUTANTS.update(NB11_MUTANTS)  # notebook 11's, written in test_checks_11.py
 CASES = [(name, label, fn, fragment) for name, ms in MUTANTS.items() for label, fn, fragment in ms]
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from helpers import attention_lists, rope_turn, unrefused
 from test_checks_10 import NB10_REFERENCES
+from test_checks_11 import NB11_REFERENCES
 
 from lib import attention as A
 from lib import checks, head_types, pruning, torch_bridge
@@ -171,6 +172,7 @@ REFERENCES = {
     "check_alibi_bias": (checks.check_alibi_bias, unrefused(POS.alibi_bias)),
 }
 REFERENCES.update(NB10_REFERENCES)  # notebook 10's, with its own tests in test_checks_10.py
+REFERENCES.update(NB11_REFERENCES)  # notebook 11's, with its own tests in test_checks_11.py
 # These exercises ask for a torch tensor or an MHAParams, so plain lists are rightly refused.
 TORCH_ANSWERS = {"check_torch_mask", "check_from_torch"}
 
