@@ -47,8 +47,9 @@ def prefix_matching_score(pattern: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Per head, the mean attention weight a query gives to the token after the previous
     occurrence of its own token, over the queries whose token occurred before.
     pattern: (batch, heads, n, n) attention weights; ids: (batch, n). Returns (heads,)."""
-    rows, queries = np.nonzero(previous_occurrence(ids) >= 0)
-    after = previous_occurrence(ids)[rows, queries] + 1  # the token after it
+    found = previous_occurrence(ids)  # (batch, n): where each token last appeared, or -1
+    rows, queries = np.nonzero(found >= 0)
+    after = found[rows, queries] + 1  # the token after that earlier occurrence
     return pattern[rows, :, queries, after].mean(axis=0)
 
 
