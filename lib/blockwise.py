@@ -143,6 +143,8 @@ def attend_block(q, k, v, allowed, diagonal, out, weights) -> None:
     """One block of :func:`attend_in_blocks`: writes softmax(q k^T, masked) v into ``out``
     and, unless it is None, the weights into ``weights``. ``allowed``: the mask's block or
     None; ``diagonal``: None, or causal with the block's row t seeing keys 0 .. diagonal + t."""
+    # a score the causal rule hides in this block still counts as an overflow if it is -inf
+    # (reported where the readable form ignores it)
     s = A.mask_scores(np.matmul(q, np.swapaxes(k, -1, -2)), allowed)  # (matrices, rows, keys)
     if diagonal is not None:  # every row sees the keys before lo: mask only the others
         lo = max(0, diagonal + 1)

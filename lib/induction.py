@@ -53,13 +53,6 @@ def prefix_matching_score(pattern: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return pattern[rows, :, queries, after].mean(axis=0)
 
 
-def previous_token_score(pattern: np.ndarray) -> np.ndarray:
-    """Per head, the mean attention weight a query gives to the token just before it
-    (queries 1..n-1). pattern: (batch, heads, n, n). Returns (heads,)."""
-    n = pattern.shape[-1]
-    return pattern[:, :, np.arange(1, n), np.arange(n - 1)].mean(axis=(0, 2))
-
-
 def uniform_prefix_matching(ids: np.ndarray) -> float:
     """The prefix-matching score of a causal head that spreads its weight evenly: the query at
     i gives 1 / (i + 1) to each key, so to the one the score looks at."""
@@ -68,7 +61,8 @@ def uniform_prefix_matching(ids: np.ndarray) -> float:
 
 
 def uniform_previous_token(n: int) -> float:
-    """The previous-token score of an even causal head over queries 1..n-1."""
+    """The previous-token score (``lib.heads.offset_score(w, -1)``) of an even causal head
+    over queries 1..n-1."""
     return float(np.mean(1.0 / (np.arange(1, n) + 1)))
 
 

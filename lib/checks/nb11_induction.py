@@ -29,12 +29,23 @@ def _mean_over_matches(pattern, ids, key_of) -> np.ndarray:
     return pattern[rows, :, queries, keys].mean(axis=0)
 
 
+def _carried_over(pattern, ids) -> np.ndarray:
+    """The score with the last places seen carried from one sequence into the next."""
+    values, last = [], {}
+    for b, seq in enumerate(ids):
+        for i, token in enumerate(seq):
+            if last.get(token, i) < i:
+                values.append(pattern[b, :, i, last[token] + 1])
+            last[token] = i
+    return np.mean(values, axis=0)
+
+
 @exercise
 def check_prefix_matching_score(score_fn: Callable) -> None:
     """Exercise (notebook 11): per head, the mean weight on the token after the previous
     occurrence of the query's token."""
     name = "prefix_matching_score"
-    for seed, batch, heads, n, vocab in ((0, 2, 3, 9, 4), (1, 3, 2, 12, 5)):
+    for seed, batch, heads, n, vocab in ((0, 2, 3, 9, 4), (1, 3, 2, 12, 5), (2, 4, 2, 10, 9)):
         pattern, ids = _patterns(seed, batch, heads, n, vocab)
         got = as_array(call(score_fn, name, pattern, ids), name)
         expect_shape(got, (heads,), name, "one score per head, shape (heads,)")
@@ -53,6 +64,8 @@ def check_prefix_matching_score(score_fn: Callable) -> None:
             "before the query.": _mean_over_matches(
                 pattern, ids, lambda b, i, j: first[b, ids[b, i]] + 1
             ),
+            "you kept the places seen in one sequence for the next; start an empty record "
+            "for each sequence.": lambda: _carried_over(pattern, ids),
             "you averaged over every query, counting those whose token never appeared before "
             "as 0; average only over the queries with an earlier occurrence.": lambda: (
                 IND.prefix_matching_score(pattern, ids) * counted.sum() / (batch * n)

@@ -50,11 +50,12 @@ NB11_REFERENCES = {
 
 def matching(mistake):
     def score(pattern, ids):
-        weights = []
+        weights, seen = [], {}
         for b, seq in enumerate(ids):
-            seen = {}
+            if mistake != "carried over":
+                seen = {}
             for i, token in enumerate(seq):
-                if token in seen:
+                if seen.get(token, i) < i:
                     key = seen[token] if mistake == "the match itself" else seen[token] + 1
                     weights.append(pattern[b, :, i, key])
                 elif mistake == "zeros counted":
@@ -102,6 +103,7 @@ NB11_MUTANTS = {
         ("the match itself", matching("the match itself"), "earlier occurrence itself (key j)"),
         ("first occurrence", matching("first occurrence"), "matched the first occurrence"),
         ("zeros counted", matching("zeros counted"), "counting those whose token never"),
+        ("carried over", matching("carried over"), "kept the places seen in one sequence"),
     ],
     "check_ablation_losses": [
         ("every place", ablating("every place"), "you scored every place"),

@@ -66,18 +66,11 @@ def test_prefix_matching_score_is_the_brute_force_mean(seed, vocab):
     )
 
 
-def test_previous_token_score_is_the_offset_score_of_notebook_04():
-    pattern = causal_patterns(3)
-    np.testing.assert_allclose(
-        IND.previous_token_score(pattern), H.offset_score(pattern, -1), rtol=1e-12
-    )
-
-
 def test_the_baselines_are_the_scores_of_an_even_spread():
     n = 9
     even = A.softmax(np.where(A.causal_mask(n), 0.0, -np.inf))[None, None]  # (1, 1, n, n)
     ids = np.random.default_rng(4).integers(0, 3, (1, n))
-    assert IND.previous_token_score(even)[0] == pytest.approx(IND.uniform_previous_token(n))
+    assert H.offset_score(even, -1)[0] == pytest.approx(IND.uniform_previous_token(n))
     even_batch = np.broadcast_to(even, (1, 1, n, n))
     assert IND.prefix_matching_score(even_batch, ids)[0] == pytest.approx(
         IND.uniform_prefix_matching(ids)
