@@ -1,7 +1,6 @@
-"""The checks of lib's entry points: one function per rule, one wording per message. Each entry
-point calls them once at its top (e.g. :func:`mha_inputs`), then computes. Inputs are checked
-for NaN and inf before computing, the result after: a NaN or inf there can only be an
-overflow, which :func:`finite_output` reports with the inputs' largest magnitudes.
+"""The checks of lib's entry points: one function per rule, one wording per message, called at
+the top of each entry point. Inputs are checked for NaN and inf before computing, so that a
+NaN or inf in the result can only be an overflow (:func:`finite_output`).
 """
 
 import numbers
@@ -15,8 +14,7 @@ BIAS_NAMES = PARAM_NAMES[4:]
 
 
 def integer(value, name: str, low: int | None = None) -> int:
-    """A whole number (>= ``low`` unless it is None), as a Python int: an ``int`` or NumPy
-    integer, not a bool or a float."""
+    """A whole number (>= ``low`` unless it is None) as a Python int; bools and floats refused."""
     rule = f"{name} must be an integer" + ("" if low is None else f" >= {low}")
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{rule}, got {value!r} ({type(value).__name__})")
@@ -32,7 +30,6 @@ def even(value: int, name: str, why: str) -> None:
 
 
 def one_of(value, name: str, options: tuple[str, ...]) -> str:
-    """One of a few named options (strings)."""
     if not isinstance(value, str) or value not in options:
         listed = ", ".join(repr(o) for o in options)
         raise ValueError(f"{name} must be one of {listed}, got {value!r}")
@@ -44,10 +41,9 @@ def heads(d_model, n_heads) -> int:
     d_model = integer(d_model, "d_model", low=1)
     n_heads = integer(n_heads, "n_heads", low=1)
     if d_model % n_heads:
-        valid = [h for h in range(1, d_model + 1) if d_model % h == 0]
         raise ValueError(
-            f"d_model={d_model} is not divisible by n_heads={n_heads}; "
-            f"valid head counts for d_model={d_model} are {valid}"
+            f"d_model={d_model} is not divisible by n_heads={n_heads}; valid head counts for "
+            f"d_model={d_model} are {[h for h in range(1, d_model + 1) if d_model % h == 0]}"
         )
     return d_model // n_heads
 
@@ -57,11 +53,10 @@ def kv_heads(n_heads, n_kv_heads) -> int:
     n_heads = integer(n_heads, "n_heads", low=1)
     n_kv_heads = integer(n_kv_heads, "n_kv_heads", low=1)
     if n_heads % n_kv_heads:
-        valid = [h for h in range(1, n_heads + 1) if n_heads % h == 0]
         raise ValueError(
             f"n_kv_heads={n_kv_heads} does not divide n_heads={n_heads}: each key/value head "
             f"serves n_heads / n_kv_heads query heads; valid key/value head counts for "
-            f"n_heads={n_heads} are {valid}"
+            f"n_heads={n_heads} are {[h for h in range(1, n_heads + 1) if n_heads % h == 0]}"
         )
     return n_heads // n_kv_heads
 
@@ -99,8 +94,7 @@ def float_dtype(dtype) -> np.dtype:
 
 
 def all_finite(x: np.ndarray) -> bool:
-    """No NaN and no +-inf in ``x``."""
-    return bool(np.logical_and.reduce(np.isfinite(x), axis=None))
+    return bool(np.isfinite(x).all())
 
 
 def finite(x: np.ndarray, name: str, masked_ok: bool = False) -> None:
@@ -114,7 +108,6 @@ def finite(x: np.ndarray, name: str, masked_ok: bool = False) -> None:
 
 
 def finite_all(arrays: dict[str, np.ndarray]) -> None:
-    """:func:`finite` for each of several named arrays."""
     for name, a in arrays.items():
         finite(a, name)
 
@@ -131,26 +124,14 @@ def overflow(what: str, dtype, operands: dict[str, np.ndarray]) -> ValueError:
     naming the arrays involved and where their largest entries are."""
     parts, seen = [], []
     for name, a in operands.items():
-        if any(a is b for b in seen):  # self-attention: x_kv is x_q, named once
-            continue
-        seen.append(a)
-        a = np.asarray(a)
-        if a.size:
+        if a.size and not any(a is b for b in seen):  # self-attention: x_kv is x_q, named once
+            seen.append(a)
             where = np.unravel_index(int(np.argmax(np.abs(a))), a.shape)
             biggest = float(np.abs(a[where]))
             parts.append(f"largest |{name}| = {biggest:.3g} at {tuple(int(i) for i in where)}")
     dtype = np.dtype(dtype)
     fix = "scale them down" + (", or compute in float64" if dtype.itemsize < 8 else "")
     return ValueError(f"{what} overflow {dtype.name} ({'; '.join(parts)}): {fix}")
-
-
-def lengths(values, n_k: int) -> np.ndarray:
-    """Sequence lengths for a padding mask: integers in [0, n_k]."""
-    values = integers(values, "lengths")
-    bad = values[(values < 0) | (values > n_k)]
-    if bad.size:
-        raise ValueError(f"lengths must lie in [0, n_k={n_k}], got {bad.tolist()}")
-    return values
 
 
 def integers(values, name: str) -> np.ndarray:
@@ -197,12 +178,9 @@ def bool_mask(mask) -> np.ndarray:
 
 def fits_scores(shape: tuple, name: str, scores_shape: tuple, axes: str) -> None:
     """An array of ``shape`` (a mask, a score bias) broadcasts to the scores' shape without
-    growing it; ``axes`` names the scores' axes."""
-    try:
-        grown = np.broadcast_shapes(shape, scores_shape)
-    except ValueError:
-        grown = None
-    if grown != tuple(scores_shape):
+    growing it: no more axes, each of size 1 or the scores'. ``axes`` names the scores' axes."""
+    tail = zip(reversed(shape), reversed(scores_shape), strict=False)  # the trailing axes
+    if len(shape) > len(scores_shape) or any(size not in (1, full) for size, full in tail):
         raise ValueError(
             f"{name} of shape {shape} cannot broadcast to the attention scores' shape "
             f"{tuple(scores_shape)} {axes}"
@@ -247,10 +225,6 @@ def mha_params(p) -> None:
     kv_heads(p.n_heads, n_kv)
     kv = ("d_model", d) if n_kv == p.n_heads else ("n_kv_heads * d_k", n_kv * d_k)
     widths = {"q": ("d_model", d), "k": kv, "v": kv, "o": ("d_model", d)}  # of W_ and b_
-    for part, (what, size) in widths.items():
-        W = arrays["W_" + part]
-        if W.shape != (d, size):
-            raise ValueError(f"W_{part} must be (d_model, {what}) = ({d}, {size}), got {W.shape}")
     given = [name for name in BIAS_NAMES if arrays[name] is not None]
     if given and len(given) != len(BIAS_NAMES):
         missing = [name for name in BIAS_NAMES if name not in given]
@@ -259,12 +233,12 @@ def mha_params(p) -> None:
             f"{', '.join(missing)}: pass zeros for a bias the layer does not have "
             "(a zero bias is the same as no bias)"
         )
-    for name in given:
-        what, size = widths[name[-1]]
-        if arrays[name].shape != (size,):
-            raise ValueError(
-                f"{name} must have shape ({what},) = ({size},), got {arrays[name].shape}"
-            )
+    for part, (what, size) in widths.items():
+        W, b = arrays["W_" + part], arrays["b_" + part]
+        if W.shape != (d, size):
+            raise ValueError(f"W_{part} must be (d_model, {what}) = ({d}, {size}), got {W.shape}")
+        if b is not None and b.shape != (size,):
+            raise ValueError(f"b_{part} must have shape ({what},) = ({size},), got {b.shape}")
     for name, a in arrays.items():
         object.__setattr__(p, name, a)  # frozen: the checked arrays stay its fields
     object.__setattr__(p, "n_heads", int(p.n_heads))
@@ -320,11 +294,10 @@ def mha_inputs(x_q, x_kv, p, mask, causal: bool = False, unbatched_ok: bool = Tr
     if mask is not None:
         mask = bool_mask(mask)
         fits_scores(mask.shape, "mask", (batch, p.n_heads, n_q, n_k), "(batch, heads, n_q, n_k)")
+        mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
     if causal:  # query i sees keys 0 .. i + (n_k - n_q), as lib.attention.causal_mask
         rule = np.tri(n_q, n_k, k=n_k - n_q, dtype=bool)
-        mask = rule if mask is None else mask & rule
-    if mask is not None:
-        mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+        mask = rule[None, None] if mask is None else mask & rule
     dtype = np.result_type(x_q, x_kv, *p.arrays().values())
     changed = {name: a.astype(dtype) for name, a in p.arrays().items() if a.dtype != dtype}
     if changed:

@@ -2,8 +2,7 @@
 
 Row vectors (``x @ W``, W of shape (d_in, d_out)); boolean masks, True = "this query may
 attend to this key"; shapes in comments. A query with no key to attend to gets weights 0 and
-output 0, never NaN. Each public function checks its inputs in one call to ``lib._validate``
-at its top; the rest is the computation the notebooks derive.
+output 0, never NaN. Inputs are checked by ``lib._validate`` at the top of each function.
 """
 
 import math
@@ -47,8 +46,7 @@ def mask_scores(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
 
 
 def masked_softmax(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """The attention weights of ``scores`` (overwritten): the softmax over the keys (last
-    axis) of :func:`mask_scores`."""
+    """The attention weights of ``scores`` (overwritten): the softmax of :func:`mask_scores`."""
     return softmax_inplace(mask_scores(scores, mask))
 
 
@@ -64,19 +62,19 @@ def padding_mask(lengths, n_k: int) -> np.ndarray:
     """Boolean (batch, 1, 1, n_k) mask: key j of sequence b is real iff j < lengths[b]. It
     broadcasts over heads and queries; ``causal_mask(n) & padding_mask(lengths, n)`` works."""
     n_k = valid.integer(n_k, "n_k", low=0)
-    lengths = valid.lengths(lengths, n_k)
+    lengths = valid.integers(lengths, "lengths")
+    bad = lengths[(lengths < 0) | (lengths > n_k)]
+    if bad.size:
+        raise ValueError(f"lengths must lie in [0, n_k={n_k}], got {bad.tolist()}")
     return (np.arange(n_k)[None, :] < lengths[:, None])[:, None, None, :]  # (batch, 1, 1, n_k)
 
 
 def scaled_dot_product_attention(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """softmax(q k^T / sqrt(d_k)) v, over any leading batch axes (notebook 02).
-
-    q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v); the leading axes broadcast;
-    mask: boolean, broadcastable to (..., n_q, n_k), True = may attend.
-    Returns (output (..., n_q, d_v), weights (..., n_q, n_k)).
-    """
+    """softmax(q k^T / sqrt(d_k)) v over leading batch axes that broadcast (notebook 02): q
+    (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v), mask boolean and broadcastable to
+    (..., n_q, n_k), True = may attend. Returns output (..., n_q, d_v), weights (..., n_q, n_k)."""
     q, k, v, mask, _ = valid.attention_inputs(q, k, v, mask)
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
         out, weights = attend(q, k, v, mask)
@@ -122,8 +120,7 @@ def glorot(rng: np.random.Generator, d_in: int, d_out: int, dtype=np.float64) ->
 class MHAParams:
     """Weights of one multi-head attention layer (row vectors: x @ W). W_q, W_k, W_v, W_o:
     (d_model, d_model), columns h*d_k:(h+1)*d_k of the first three belonging to head h; biases
-    (d_model,), all four or none (torch's rule). Lists become arrays, checked, when it is built.
-    """
+    (d_model,), all four or none (torch's rule). Lists become checked arrays when it is built."""
 
     W_q: np.ndarray
     W_k: np.ndarray
@@ -181,15 +178,12 @@ def project(x: np.ndarray, W: np.ndarray, b: np.ndarray | None) -> np.ndarray:
 def multi_head_attention(
     x_q, x_kv, params: MHAParams, mask=None, *, causal=False, need_weights=True
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Batched multi-head attention: notebook 03, section 2, the cells that print each step's
-    shape (project, split the heads, attend in every head at once, merge, W_O), one line each.
-
-    x_q: (batch, n_q, d_model) queries; x_kv: (batch, n_k, d_model) keys and values (the
-    same array for self-attention); unbatched (n, d_model) inputs give unbatched outputs.
-    mask: boolean, broadcastable to (batch, heads, n_q, n_k), True = may attend;
-    ``causal=True`` adds :func:`causal_mask`. Returns (output (batch, n_q, d_model), weights
-    (batch, heads, n_q, n_k) or None with ``need_weights=False``).
-    """
+    """Batched multi-head attention: notebook 03's steps (section 2), one line each.
+    x_q (batch, n_q, d_model) queries, x_kv (batch, n_k, d_model) keys and values (the same
+    array for self-attention); unbatched (n, d_model) inputs give unbatched outputs. mask:
+    boolean, broadcastable to (batch, heads, n_q, n_k), True = may attend; ``causal=True``
+    adds :func:`causal_mask`. Returns output (batch, n_q, d_model) and weights
+    (batch, heads, n_q, n_k), None with ``need_weights=False``."""
     x_q, x_kv, p, mask, unbatched = valid.mha_inputs(x_q, x_kv, params, mask, causal)
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
         q = split_heads(project(x_q, p.W_q, p.b_q), p.n_heads)  # (batch, heads, n_q, d_k)

@@ -1,10 +1,5 @@
-"""Backpropagation through multi-head attention, by hand (notebook 05).
-
-:func:`mha_forward` computes :func:`lib.attention.multi_head_attention` and caches what
-:func:`mha_backward` needs for the gradient of every input and parameter. It adds a
-``head_mask``, one factor per head (0 switches a head off, as notebook 06 prunes; its
-gradient is each head's importance), and notebook 09's positions in the scores: ``rope``
-turns queries and keys, ``score_bias`` (ALiBi) is added to the scaled scores.
+"""Backpropagation through multi-head attention, by hand (notebook 05): :func:`mha_forward`
+caches what :func:`mha_backward` needs for the gradient of every input and parameter.
 """
 
 import math
@@ -29,8 +24,7 @@ def softmax_backward(weights: np.ndarray, d_weights: np.ndarray, axis: int = -1)
             f"softmax_backward needs weights and d_weights of the same shape, got "
             f"{weights.shape} and {d_weights.shape}"
         )
-    valid.finite(weights, "weights")
-    valid.finite(d_weights, "d_weights")
+    valid.finite_all({"weights": weights, "d_weights": d_weights})
     return _softmax_grad(weights, d_weights, axis)
 
 
@@ -97,13 +91,13 @@ def mha_forward(
     """Multi-head attention forward pass that remembers what backward needs; arguments,
     checks and errors as :func:`lib.attention.multi_head_attention`, batched inputs only.
 
-    head_mask: (heads,) or (batch, heads), default all ones. rope: a
-    :class:`lib.positions.RoPE` turning queries and keys by position (keys 0..n_k-1, queries
-    the last n_q); score_bias: broadcastable to (batch, heads, n_q, n_k), added to the scaled
-    scores before the mask. Returns (output, weights, cache).
+    head_mask: (heads,) or (batch, heads), one factor per head, default all ones (0 switches a
+    head off, as notebook 06 prunes; its gradient is the head's importance). Notebook 09's
+    positions: rope, a :class:`lib.positions.RoPE`, turns queries and keys (keys at 0..n_k-1,
+    queries the last n_q); score_bias (ALiBi) is added to the scaled scores before the mask,
+    broadcast to (batch, heads, n_q, n_k). Returns (output, weights, cache).
     """
     x_q, x_kv, p, mask, _ = valid.mha_inputs(x_q, x_kv, params, mask, causal, unbatched_ok=False)
-    bias_shape = None if score_bias is None else np.shape(score_bias)  # for its gradient
     head_mask, score_bias, angles = _extras(x_q, x_kv, p, head_mask, rope, score_bias)
     h = p.n_heads
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
@@ -123,6 +117,7 @@ def mha_forward(
         out = A.project(concat, p.W_o, p.b_o)  # (batch, n_q, d)
     inputs = {"x_q": x_q, "x_kv": x_kv} | p.arrays()
     valid.finite_output(out, inputs | ({} if score_bias is None else {"score_bias": score_bias}))
+    bias_shape = None if score_bias is None else score_bias.shape  # for its gradient
     cache = MHACache(
         p, x_q, x_kv, q, k, v, weights, heads, concat, head_mask, rope, angles, bias_shape
     )
@@ -169,7 +164,11 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     # weights = softmax(q k^T + score_bias), with q already scaled
     d_scores = _softmax_grad(cache.weights, d_weights)
     if cache.score_bias_shape is not None:  # summed over the axes the bias broadcast along
-        grads["score_bias"] = _sum_to_shape(d_scores, cache.score_bias_shape)
+        shape = cache.score_bias_shape
+        d_bias = d_scores.sum(axis=tuple(range(d_scores.ndim - len(shape))))  # axes it lacked
+        grads["score_bias"] = d_bias.sum(
+            axis=tuple(i for i, size in enumerate(shape) if size == 1), keepdims=True
+        )
     d_q = d_scores @ cache.k  # (batch, heads, n_q, d_k), for the scaled (turned) q
     d_k = d_scores.transpose(0, 1, 3, 2) @ cache.q  # (batch, heads, n_k, d_k)
     if cache.rope is not None:  # RoPE turned q and k: turn their gradients back
@@ -190,21 +189,11 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     return grads
 
 
-def _sum_to_shape(d: np.ndarray, shape: tuple) -> np.ndarray:
-    """The gradient of an array of ``shape`` that was broadcast to ``d``'s shape: ``d``
-    summed over the axes it was broadcast along."""
-    lead = d.ndim - len(shape)
-    d = d.sum(axis=tuple(range(lead))) if lead else d
-    axes = tuple(i for i, size in enumerate(shape) if size == 1 and d.shape[i] != 1)
-    return d.sum(axis=axes, keepdims=True) if axes else d
-
-
 def _extras(x_q, x_kv, p, head_mask, rope, score_bias):
     """mha_forward's additions, checked: the head mask (all ones when None), the score bias
-    (given four axes) and RoPE's angles (cos_q, sin_q, cos_k, sin_k) for the positions."""
+    and RoPE's angles (cos_q, sin_q, cos_k, sin_k) for the positions."""
     (batch, n_q, _), n_k, h, dtype = x_q.shape, x_kv.shape[1], p.n_heads, x_q.dtype
-    if head_mask is None:
-        head_mask = np.ones(h, dtype=dtype)
+    head_mask = np.ones(h) if head_mask is None else head_mask  # every head on
     head_mask = valid.real_array(head_mask, "head_mask").astype(dtype, copy=False)
     if head_mask.shape not in ((h,), (batch, h)):
         raise ValueError(
@@ -217,7 +206,6 @@ def _extras(x_q, x_kv, p, head_mask, rope, score_bias):
         scores = (batch, h, n_q, n_k)
         valid.fits_scores(score_bias.shape, "score_bias", scores, "(batch, heads, n_q, n_k)")
         valid.finite(score_bias, "score_bias")
-        score_bias = score_bias.reshape((1,) * (4 - score_bias.ndim) + score_bias.shape)
     angles = None
     if rope is not None:
         if not isinstance(rope, RoPE):

@@ -151,12 +151,11 @@ def load_weights(weights_path=None, config_path=None, dtype=np.float32) -> BertW
 
 @dataclass
 class Batch:
-    """Tokenised sentences, padded on the right to the longest one: input_ids (batch, n);
-    attention_mask (batch, n), True for real tokens ([CLS] ... [SEP]); tokens, the real ones."""
+    """Tokenised sentences, padded on the right to the longest one."""
 
-    input_ids: np.ndarray
-    attention_mask: np.ndarray
-    tokens: list[list[str]]
+    input_ids: np.ndarray  # (batch, n)
+    attention_mask: np.ndarray  # (batch, n): True for real tokens ([CLS] ... [SEP])
+    tokens: list[list[str]]  # each sentence's real tokens
     lengths: np.ndarray  # (batch,): how many real tokens
 
 
@@ -172,8 +171,7 @@ def load_tokenizer():
 
 def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
     """Normalise the last axis to mean 0 and variance 1, then scale and shift."""
-    mean = x.mean(axis=-1, keepdims=True)
-    centred = x - mean
+    centred = x - x.mean(axis=-1, keepdims=True)
     var = (centred * centred).mean(axis=-1, keepdims=True)  # biased, as in BERT
     return centred / np.sqrt(var + eps) * gamma + beta
 
@@ -191,11 +189,8 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class BertOutput:
-    """hidden_states: (n_layers + 1, batch, n, d_model), the embeddings' output first;
-    attentions: (n_layers, batch, heads, n, n), every layer's attention weights."""
-
-    hidden_states: np.ndarray
-    attentions: np.ndarray
+    hidden_states: np.ndarray  # (n_layers + 1, batch, n, d_model), the embeddings' output first
+    attentions: np.ndarray  # (n_layers, batch, heads, n, n): every layer's attention weights
 
     @property
     def last_hidden_state(self) -> np.ndarray:
@@ -215,14 +210,12 @@ def embed(weights: BertWeights, input_ids) -> np.ndarray:
         )
     if ids.min() < 0 or ids.max() >= vocab:
         raise ValueError(f"token ids must lie in [0, {vocab}), got {ids.min()} to {ids.max()}")
-    x = w.word_embeddings[ids] + w.position_embeddings[: ids.shape[1]]  # (batch, n, d_model)
-    x = x + w.token_type_embeddings[0]
+    x = w.word_embeddings[ids] + w.position_embeddings[: ids.shape[1]] + w.token_type_embeddings[0]
     return layer_norm(x, w.emb_norm_gamma, w.emb_norm_beta, w.config.layer_norm_eps)
 
 
 def encoder_layer(layer: BertLayer, x, mask, eps: float, activation=gelu):
-    """One post-LayerNorm encoder layer: returns (new x, attention weights); ``activation``
-    is the feed-forward block's non-linearity (this model's: :func:`gelu`)."""
+    """One post-LayerNorm encoder layer: (new x, attention weights). ``activation``: the MLP's."""
     attended, weights = A.multi_head_attention(x, x, layer.attention, mask)
     x = layer_norm(x + attended, layer.attn_norm_gamma, layer.attn_norm_beta, eps)
     hidden = activation(x @ layer.W_in + layer.b_in)  # (batch, n, d_ff)

@@ -30,21 +30,12 @@ def mask_rows(mask, r0: int, r1: int):
     return mask[..., r0:r1, :]
 
 
-def keys_seen(allowed: np.ndarray) -> int:
-    """How many keys a block needs: 1 + the last key any of its rows may attend to."""
-    seen = np.flatnonzero(allowed.any(axis=tuple(range(allowed.ndim - 1))))
-    return int(seen[-1]) + 1 if seen.size else 0
-
-
 def online_softmax_update(m, l, acc, scores, v):
-    """One key block of the online softmax, for a block of query rows.
-
-    m, l: (..., rows) each row's running maximum score (-inf before any key) and running sum
-    of exp(score - m); acc: (..., rows, d_v) the running sum of exp(score - m) * v; scores:
-    (..., rows, b) this block's scores (-inf = masked); v: (..., b, d_v). Returns the new
-    (m, l, acc). The sums so far were taken relative to m: when the maximum grows to m_new,
-    exp(m - m_new) puts them relative to m_new.
-    """
+    """One key block of the online softmax, for a block of query rows. m, l: (..., rows) each
+    row's running maximum score (-inf before any key) and running sum of exp(score - m); acc:
+    (..., rows, d_v) the running sum of exp(score - m) * v; scores: (..., rows, b) this block's
+    scores (-inf = masked); v: (..., b, d_v). Returns the new (m, l, acc). The sums so far are
+    relative to m: when the maximum grows to m_new, exp(m - m_new) rescales them to m_new."""
     m_new = np.maximum(m, scores.max(axis=-1, initial=-np.inf))
     shift = np.where(np.isneginf(m_new), 0.0, m_new)  # a row with nothing seen yet: 0
     p = np.exp(scores - shift[..., None])  # (..., rows, b)
@@ -54,13 +45,10 @@ def online_softmax_update(m, l, acc, scores, v):
 
 def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, block_k=128):
     """Exact softmax(q k^T / sqrt(d_k)) v in (block_q x block_k) tiles with an online softmax,
-    written for reading (:func:`attention` is the fast kernel).
-
-    q: (..., n_q, d_k), k: (..., n_k, d_k), v: (..., n_k, d_v), leading axes broadcast;
-    mask: boolean, broadcastable to (..., n_q, n_k), True = may attend; ``causal=True``:
-    query i may attend to keys 0 .. i + (n_k - n_q), without a mask array. Tiles no query may
-    attend to are skipped. Returns (..., n_q, d_v); a query with nothing to attend to gets 0.
-    """
+    written for reading (:func:`attention` is the fast kernel). q, k, v and mask as
+    :func:`lib.attention.scaled_dot_product_attention`; ``causal=True``: query i may attend to
+    keys 0 .. i + (n_k - n_q), without a mask array. Tiles no query may attend to are skipped.
+    Returns (..., n_q, d_v); a query with nothing to attend to gets 0."""
     q, k, v, mask, lead = valid.attention_inputs(q, k, v, mask)
     block_q = valid.integer(block_q, "block_q", low=1)
     block_k = valid.integer(block_k, "block_k", low=1)
@@ -94,12 +82,10 @@ def online_softmax_attention(q, k, v, mask=None, *, causal=False, block_q=128, b
 
 def attend_in_blocks(q, k, v, mask=None, causal=False, skip=True, weights=None) -> np.ndarray:
     """softmax(q k^T, masked) v, one block of query rows at a time, for checked inputs with q
-    already scaled by 1 / sqrt(d_k); shapes, mask and causal as :func:`attention`.
-
-    A block computes only the keys up to the last one any of its rows may attend to
-    (``skip=False``: every key). ``weights``: None, or a zeroed (..., n_q, n_k) array that
-    receives the attention weights. Returns (..., n_q, d_v).
-    """
+    already scaled by 1 / sqrt(d_k); shapes, mask and causal as :func:`attention`. A block
+    computes only the keys up to the last one any of its rows may attend to (``skip=False``:
+    every key). ``weights``: None, or a zeroed (..., n_q, n_k) array that receives the
+    attention weights."""
     n_q, n_k = q.shape[-2], k.shape[-2]
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
 
@@ -124,17 +110,15 @@ def attend_in_blocks(q, k, v, mask=None, causal=False, skip=True, weights=None) 
             keys = n_k  # the keys this block computes: up to the last one a row may see
             if skip and causal:
                 keys = max(0, min(n_k, r1 + offset))
-            if skip and allowed is not None:
-                keys = min(keys, keys_seen(allowed))
+            if skip and allowed is not None:  # 1 + the last key a row of the block may see
+                seen = np.flatnonzero(allowed.any(axis=tuple(range(allowed.ndim - 1))))
+                keys = min(keys, int(seen[-1]) + 1 if seen.size else 0)
             if keys:  # else no row of this block may attend to anything: output, weights 0
+                allowed = None if allowed is None else allowed[..., :keys]
+                diagonal = r0 + offset if causal else None
+                w = None if weights is None else weights[ms, r0:r1, :keys]
                 attend_block(
-                    q[ms, r0:r1],
-                    k[ms, :keys],
-                    v[ms, :keys],
-                    None if allowed is None else allowed[..., :keys],
-                    r0 + offset if causal else None,
-                    out[ms, r0:r1],
-                    None if weights is None else weights[ms, r0:r1, :keys],
+                    q[ms, r0:r1], k[ms, :keys], v[ms, :keys], allowed, diagonal, out[ms, r0:r1], w
                 )
     return out.reshape(lead + out.shape[-2:])
 
@@ -163,10 +147,9 @@ def attend_block(q, k, v, allowed, diagonal, out, weights) -> None:
 
 
 def attention(q, k, v, mask=None, *, causal=False, skip_masked_blocks=True) -> np.ndarray:
-    """Exact softmax(q k^T / sqrt(d_k)) v in blocks of query rows (:data:`ROW_BLOCK_BYTES`
-    each, whatever n is): the output only, arguments as :func:`online_softmax_attention`.
-    ``skip_masked_blocks=False`` computes the keys a block cannot see anyway (and masks them),
-    to measure what skipping saves."""
+    """Exact softmax(q k^T / sqrt(d_k)) v in blocks of query rows (:data:`ROW_BLOCK_BYTES` each,
+    whatever n is), arguments as :func:`online_softmax_attention`. ``skip_masked_blocks=False``
+    computes (and masks) the keys a block cannot see, to measure what skipping saves."""
     q, k, v, mask, _ = valid.attention_inputs(q, k, v, mask)
     scaled = q * (1.0 / math.sqrt(q.shape[-1]))  # a Python float keeps float32 in float32
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below

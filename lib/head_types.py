@@ -3,8 +3,7 @@
 The functions take attention weights (..., batch, heads, n_q, n_k), e.g. the (layers, batch,
 heads, n, n) of :func:`lib.bert.bert_forward`, and the batch's ``attention_mask`` (batch, n),
 True for real tokens: padded queries are left out of every average. A *head-type score*, in
-[0, 1], is the mean weight a head's queries put on a set of target keys (:func:`target_masks`).
-"""
+[0, 1], is the mean weight a head's queries put on a set of target keys (:func:`target_masks`)."""
 
 import json
 from collections.abc import Sequence
@@ -48,14 +47,13 @@ def target_masks(tokens: Sequence[Sequence[str]], n: int) -> dict:
         raise ValueError(f"each sentence needs 2..n={n} tokens ([CLS] ... [SEP]), got {lengths}")
     i = np.arange(n)
     real = i[None, :] < lengths[:, None]  # (batch, n)
-    pair = real[:, :, None] & real[:, None, :]  # (batch, n_q, n_k): both real
     out = {name: offset_masks(real, o) for name, o in (("previous", -1), ("next", 1), ("self", 0))}
-    out["[CLS]"] = (pair & (i == 0)[None, None, :], real)
-    out["[SEP]"] = (pair & (i[None, None, :] == lengths[:, None, None] - 1), real)
     punct = np.zeros((len(tokens), n), dtype=bool)
     for b, toks in enumerate(tokens):
         punct[b, : len(toks)] = [t in PUNCTUATION for t in toks]
-    out["punctuation"] = (pair & punct[:, None, :], real & punct.any(axis=1)[:, None])
+    kinds = {"[CLS]": real & (i == 0), "[SEP]": i == lengths[:, None] - 1, "punctuation": punct}
+    for name, keys in kinds.items():  # keys (batch, n_k): every real query's targets
+        out[name] = (real[:, :, None] & keys[:, None, :], real & keys.any(axis=1)[:, None])
     return out
 
 
@@ -70,9 +68,7 @@ def offset_masks(attention_mask, offset: int) -> tuple[np.ndarray, np.ndarray]:
         )
     mask = mask.astype(bool)
     offset = valid.integer(offset, "offset")
-    i = np.arange(mask.shape[1])
-    pair = mask[:, :, None] & mask[:, None, :]  # (batch, n_q, n_k): both real
-    targets = pair & (i[None, None, :] == i[None, :, None] + offset)
+    targets = mask[:, :, None] & mask[:, None, :] & np.eye(mask.shape[1], k=offset, dtype=bool)
     return targets, targets.any(axis=-1)
 
 
@@ -96,9 +92,8 @@ def target_score(weights, targets, queries) -> np.ndarray:
 
 
 def head_type_scores(attentions, attention_mask, tokens) -> dict[str, np.ndarray]:
-    """Every head-type score, each (..., heads), and the "entropy": the mean over real queries
-    of entropy / log(sentence length) (0: one key, 1: spread evenly over the sentence). A type
-    with no query in the batch (no sentence has punctuation, say) scores NaN."""
+    """Every head-type score, (..., heads) each, and "entropy": the mean over real queries of
+    entropy / log(sentence length). A type no query of the batch has (punctuation, say) is NaN."""
     weights, mask = _check(attentions, attention_mask)
     nan = np.full(weights.shape[:-4] + weights.shape[-3:-2], np.nan)  # (..., heads)
     scores = {}
@@ -128,18 +123,14 @@ def layer_diversity(attentions, attention_mask) -> np.ndarray:
     weights, mask = _check(attentions, attention_mask)
     if weights.ndim != 5:
         raise ValueError(f"expected (layers, batch, heads, n, n), got {weights.shape}")
-    out = []
-    for w in weights:
-        sim = H.head_similarity(w * mask[:, None, :, None])  # (heads, heads)
-        h = sim.shape[0]
-        out.append(1.0 - (sim.sum() - np.trace(sim)) / (h * (h - 1)))
-    return np.array(out)
+    h = weights.shape[-3]
+    sims = [H.head_similarity(w * mask[:, None, :, None]) for w in weights]  # (heads, heads) each
+    return np.array([1.0 - (s.sum() - np.trace(s)) / (h * (h - 1)) for s in sims])
 
 
 def coreference_wins(attentions, pronoun, antecedent, distractor) -> np.ndarray:
-    """Whether the pronoun's query gives its antecedent strictly more weight than the
-    distractor: (..., batch, heads) from attentions (..., batch, heads, n, n) and three
-    (batch,) token positions."""
+    """Whether the pronoun's query weighs its antecedent strictly above the distractor:
+    (..., batch, heads) from attentions (..., batch, heads, n, n) and three (batch,) positions."""
     weights = np.asarray(attentions)
     p, a, d = (np.asarray(i, dtype=int) for i in (pronoun, antecedent, distractor))
     if weights.ndim < 4 or any(i.shape != weights.shape[-4:-3] for i in (p, a, d)):

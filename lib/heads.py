@@ -1,10 +1,9 @@
 """Measuring what attention heads do (notebook 04), and the head-count sweep (notebook 05).
 
 The measures take attention weights (..., heads, n_q, n_k), e.g. multi_head_attention's, whose
-rows are probability distributions or all zeros (a query that attended to nothing).
-"""
+rows are probability distributions or all zeros (a query that attended to nothing)."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -15,18 +14,15 @@ from .tiny import train
 
 
 def _check_weights(weights) -> np.ndarray:
-    """The weights in float64, refused unless (..., heads, n_q, n_k), finite, >= 0 and each row
-    summing to 1 (or 0: a query that attended to nothing)."""
+    """Float64 weights (..., heads, n_q, n_k), >= 0, each row summing to 1 (or 0: no key to see)."""
     given = np.asarray(weights)
     weights = given.astype(np.float64)
     valid.rank(weights, "attention weights", range(3, 65), "(..., heads, n_q, n_k)")
-    if not np.isfinite(weights).all():
-        raise ValueError("attention weights contain NaN or inf")
+    valid.finite(weights, "attention weights")
     if (weights < 0).any():
         raise ValueError(f"attention weights must be >= 0, found {weights.min():.3g}")
     sums = weights.sum(axis=-1)
-    # a softmax computed in the weights' dtype sums to 1 only up to its roundings (exp's, the
-    # sum's, the division's, and an online softmax's rescalings): lib.rounding bounds them
+    # a softmax in the weights' dtype sums to 1 only up to its roundings: lib.rounding bounds them
     n_k = weights.shape[-1]
     dtype = np.float32 if given.dtype == np.float32 else np.float64
     slack = R.tolerance(dtype, n_k * (R.FUNCTION_DEPTH + 3) + R.FUNCTION_DEPTH + 2)
@@ -42,31 +38,24 @@ def _check_weights(weights) -> np.ndarray:
 def row_entropy(weights) -> np.ndarray:
     """Entropy in nats of every attention row: (..., n_q). 0 means all weight on one key;
     log(k) spread evenly over k keys; a row of zeros has entropy 0 (0 * log 0 = 0)."""
-    return _entropy(_check_weights(weights))
-
-
-def _entropy(weights: np.ndarray) -> np.ndarray:
+    weights = _check_weights(weights)
     logs = np.log(weights, out=np.zeros_like(weights), where=weights > 0)
     return -(weights * logs).sum(axis=-1)
 
 
 def head_entropy(weights) -> np.ndarray:
-    """Mean row entropy of each head, in nats: (heads,) for (..., heads, n_q, n_k) input,
-    over the queries that attended to something. Under a causal mask, where early queries
-    have few keys to choose from, compare heads with :func:`head_entropy_normalised`."""
-    weights = _check_weights(weights)
-    attended = weights.sum(axis=-1) > 0  # (..., heads, n_q)
-    return _mean_per_head(_entropy(weights), attended)
+    """Mean row entropy (nats) of each head over the queries that attended to something. Under
+    a causal mask early queries have few keys: compare with :func:`head_entropy_normalised`."""
+    entropy = row_entropy(weights)  # (..., heads, n_q), checking the weights
+    attended = np.asarray(weights).sum(axis=-1) > 0  # rows not all 0
+    return _mean_per_head(entropy, attended)
 
 
 def head_entropy_normalised(weights, mask) -> np.ndarray:
-    """Mean over queries of entropy / log(number of keys the query may attend to): (heads,).
-    1 means uniform over the allowed keys, 0 one key. Queries with a single allowed key
-    (entropy 0 whatever the head does) are left out."""
-    weights = _check_weights(weights)
-    mask = np.broadcast_to(np.asarray(mask, dtype=bool), weights.shape)
-    allowed = mask.sum(axis=-1)  # (..., heads, n_q)
-    ent = _entropy(weights)
+    """Mean over queries of entropy / log(keys allowed), (heads,): 1 is uniform over the allowed
+    keys, 0 one key. Queries with one allowed key (entropy 0 whatever the head does) don't count."""
+    ent = row_entropy(weights)  # (..., heads, n_q), checking the weights
+    allowed = np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(weights)).sum(axis=-1)
     use = allowed > 1
     ratio = np.divide(ent, np.log(np.maximum(allowed, 2)), where=use, out=np.zeros_like(ent))
     return _mean_per_head(ratio, use)
@@ -82,8 +71,7 @@ def head_similarity(weights) -> np.ndarray:
     """Cosine similarity between the heads' attention patterns, each flattened over batch
     and queries: (heads, heads); 1 = the same pattern (up to scale), 0 = no overlap."""
     weights = _check_weights(weights)
-    head_axis = weights.ndim - 3
-    flat = np.moveaxis(weights, head_axis, 0).reshape(weights.shape[head_axis], -1)
+    flat = np.moveaxis(weights, -3, 0).reshape(weights.shape[-3], -1)  # (heads, everything else)
     norms = np.linalg.norm(flat, axis=1)
     if (norms == 0).any():
         raise ValueError("a head has all-zero weights; its similarity is undefined")
@@ -103,38 +91,25 @@ def offset_score(weights, offset: int = -1) -> np.ndarray:
     if not ok.any():
         raise ValueError(f"offset={offset} leaves no query with a key at that offset (n_k={n_k})")
     picked = weights[..., queries[ok], keys[ok]]  # (..., heads, queries with such a key)
-    head_axis = weights.ndim - 3
-    other = tuple(a for a in range(picked.ndim) if a != head_axis)
-    return picked.mean(axis=other)
+    return picked.mean(axis=tuple(range(picked.ndim - 2)) + (picked.ndim - 1,))  # all but heads
 
 
 def head_roles(weights, offsets: Sequence[int], threshold: float = 0.5) -> np.ndarray:
-    """The lookup each head does (notebook 06): per head, the ``o`` in ``offsets`` whose key
-    i - o gets the most mean weight (ties: the first listed), if that is at least
-    ``threshold``; 0 for a head with no single lookup. (heads,) integers."""
-    weights = _check_weights(weights)
+    """Per head (notebook 06), the ``o`` in ``offsets`` whose key i - o gets the most mean weight
+    (ties: the first listed) if that is at least ``threshold``, else 0 (no single lookup)."""
     offsets = [valid.integer(o, "offset", low=1) for o in offsets]  # 0 would mean "no role"
     scores = np.stack([offset_score(weights, -o) for o in offsets])  # (offsets, heads)
-    best = scores.argmax(axis=0)  # (heads,): first of the tied
-    roles = np.asarray(offsets)[best]
+    roles = np.asarray(offsets)[scores.argmax(axis=0)]  # (heads,): the first of the tied
     return np.where(scores.max(axis=0) >= threshold, roles, 0)
 
 
 def head_count_sweep(
-    make_model: Callable,
-    make_batch: Callable,
-    eval_data: tuple[np.ndarray, np.ndarray],
-    head_counts: Sequence[int],
-    seeds: Sequence[int],
-    budget: int,
-    target: float,
-    eval_every: int = 20,
+    make_model, make_batch, eval_data, head_counts, seeds, budget: int, target: float, eval_every=20
 ) -> dict:
-    """Notebook 05's sweep: for every head count h and seed, train
-    ``make_model(h, default_rng(seed))`` with :func:`lib.tiny.train` (lr 1e-2, stopping at
-    ``target``). Returns ``{(h, seed): run}``, a run holding the last held-out "accuracy", the
-    first evaluated "steps" that reached ``target`` (or None), each head's "entropy"
-    (:func:`head_entropy_normalised`) and "mean_weights" (h, n, n) over ``eval_data``."""
+    """Notebook 05's sweep: for every head count h and seed, train ``make_model(h,
+    default_rng(seed))`` (lr 1e-2, stopping at ``target``). Returns ``{(h, seed): run}``: the
+    last held-out "accuracy", the first evaluated "steps" that reached ``target`` (or None), and
+    over ``eval_data`` each head's "entropy" (normalised) and "mean_weights" (h, n, n)."""
     budget = valid.integer(budget, "budget", low=1)  # a run needs a step to be measured
     eval_ids = np.asarray(eval_data[0])
     mask = causal_mask(eval_ids.shape[-1])

@@ -78,11 +78,8 @@ def causal_mask(n: int) -> Mask:
 
 
 def attention(Q: Matrix, K: Matrix, V: Matrix, mask: Mask | None = None) -> tuple[Matrix, Matrix]:
-    """Scaled dot-product attention on lists.
-
-    Q: (n_q, d_k), K: (n_k, d_k), V: (n_k, d_v), mask: (n_q, n_k) booleans or None.
-    Returns (output (n_q, d_v), weights (n_q, n_k)); ``Q = []`` gives ``([], [])``.
-    """
+    """Scaled dot-product attention on lists: Q (n_q, d_k), K (n_k, d_k), V (n_k, d_v), mask
+    (n_q, n_k) booleans or None. Returns (output (n_q, d_v), weights (n_q, n_k))."""
     n_q, d_k = shape(Q, "Q")
     n_k, d_k2 = shape(K, "K")
     n_v, d_v = shape(V, "V")
@@ -99,20 +96,15 @@ def attention(Q: Matrix, K: Matrix, V: Matrix, mask: Mask | None = None) -> tupl
             f"K and V must have the same number of keys (axis -2): K is {(n_k, d_k2)}, "
             f"V is {(n_v, d_v)}"
         )
-    weights = [softmax(row) for row in _scores(Q, K, mask)]  # (n_q, n_k)
+    scores = scale(matmul(Q, transpose(K)), 1.0 / math.sqrt(d_k))  # (n_q, n_k)
+    if mask is not None:  # a blocked key's score becomes -inf: its weight, 0
+        _check_mask(mask, n_q, n_k)
+        scores = [
+            [s if allowed else NEG_INF for s, allowed in zip(srow, mrow, strict=True)]
+            for srow, mrow in zip(scores, mask, strict=True)
+        ]
+    weights = [softmax(row) for row in scores]  # (n_q, n_k)
     return matmul(weights, V), weights
-
-
-def _scores(Q: Matrix, K: Matrix, mask: Mask | None) -> Matrix:
-    """Q K^T / sqrt(d_k), with the entries the mask blocks set to -inf."""
-    scores = scale(matmul(Q, transpose(K)), 1.0 / math.sqrt(shape(K)[1]))  # (n_q, n_k)
-    if mask is None:
-        return scores
-    _check_mask(mask, len(Q), len(K))
-    return [
-        [s if allowed else NEG_INF for s, allowed in zip(srow, mrow, strict=True)]
-        for srow, mrow in zip(scores, mask, strict=True)
-    ]
 
 
 def _check_mask(mask: Mask, n_q: int, n_k: int) -> None:
@@ -163,8 +155,7 @@ def multi_head_attention(
 ) -> tuple[Matrix, list[Matrix]]:
     """Multi-head attention on lists, one head at a time: head h uses column block h (width
     d_k = d_model / n_heads) of W_q, W_k and W_v; the heads' outputs are concatenated and
-    projected by W_o. Returns (output (n_q, d_model), [weights (n_q, n_k) of each head]).
-    """
+    projected by W_o. Returns (output (n_q, d_model), [weights (n_q, n_k) of each head])."""
     d_model = len(W_q)
     for name, W in {"W_q": W_q, "W_k": W_k, "W_v": W_v, "W_o": W_o}.items():
         if shape(W, name) != (d_model, d_model):
@@ -189,7 +180,7 @@ def multi_head_attention(
     Q, K, V = matmul(X_q, W_q), matmul(X_kv, W_k), matmul(X_kv, W_v)  # (n, d_model) each
     outputs, weights = [], []
     for Q_h, K_h, V_h in zip(*(split_columns(P, n_heads) for P in (Q, K, V)), strict=True):
-        weights_h = [softmax(row) for row in _scores(Q_h, K_h, mask)]  # (n_q, n_k)
-        outputs.append(matmul(weights_h, V_h))  # (n_q, d_k)
+        out_h, weights_h = attention(Q_h, K_h, V_h, mask)  # (n_q, d_k), (n_q, n_k)
+        outputs.append(out_h)
         weights.append(weights_h)
     return matmul(concat_columns(outputs), W_o), weights  # (n_q, d_model)

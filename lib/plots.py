@@ -24,9 +24,8 @@ def show(fig, *, alt: str) -> None:
 
 
 def use_course_theme() -> None:
-    """Seaborn's whitegrid style and colour-blind :data:`PALETTE`, its fonts at 0.8 of their size
-    and text legible at :data:`FIGURE_DPI`: what seaborn's ``set_theme`` sets, set here without
-    importing seaborn, which takes a second and most notebooks never use."""
+    """What seaborn's ``set_theme`` sets (whitegrid, :data:`PALETTE`, fonts at 0.8), at
+    :data:`FIGURE_DPI`, without importing seaborn: a second most notebooks need not spend."""
     rc = dict.fromkeys(["text.color", "axes.labelcolor", "xtick.color", "ytick.color"], ".15")
     rc |= dict.fromkeys(["axes.edgecolor", "grid.color"], ".8")  # a light grey frame and grid
     rc |= dict.fromkeys(["axes.grid", "axes.axisbelow", "patch.force_edgecolor"], True)

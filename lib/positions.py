@@ -6,9 +6,7 @@ learned table added to the token embeddings; Vaswani et al.'s fixed sinusoidal t
 (:func:`sinusoidal_table`); RoPE, which turns each pair of coordinates of the queries and keys
 by an angle proportional to their position, so that ``q_m . k_n`` depends on ``m - n`` only
 (:func:`rope_rotate`); or ALiBi, which adds ``-slope * distance`` to each head's scores
-(:func:`alibi_bias`). Positions count from 0; with n_k >= n_q keys, the n_q queries are the
-last positions, as in :func:`lib.attention.causal_mask`.
-"""
+(:func:`alibi_bias`)."""
 
 import math
 import numbers
@@ -30,9 +28,8 @@ LAYOUTS = ("half", "interleaved")
 def _base(value) -> float:
     """The base of the frequencies ``base^(-2i / d)``, as a float: only above 1 do they fall
     from 1 radian per position towards 1 / base (below 1 they grow without bound)."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-        raise ValueError(f"base must be a number > 1, got {value!r} ({type(value).__name__})")
-    if not (math.isfinite(value) and value > 1):
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    if not (number and math.isfinite(value) and value > 1):
         raise ValueError(f"base must be a finite number > 1, got {value!r}")
     return float(value)
 
@@ -81,8 +78,7 @@ def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RoPE:
-    """Rotary position embedding's settings, checked when built: the frequency base and the
-    layout of the pairs (:data:`LAYOUTS`)."""
+    """RoPE's settings, checked when built: the frequency base and the pairs' :data:`LAYOUTS`."""
 
     base: float = BASE
     layout: str = "half"
@@ -95,10 +91,8 @@ class RoPE:
         """cos and sin of ``p theta_i``, (n, d_k): entry (p, j) for the pair that coordinate j
         belongs to, at position p. Computed in float64, returned in ``dtype``; unchecked."""
         angles = np.asarray(positions, dtype=np.float64)[:, None] * frequencies(d_k, self.base)
-        if self.layout == "half":  # pair i is coordinates (i, i + d_k/2)
-            angles = np.concatenate([angles, angles], axis=-1)
-        else:  # interleaved: pair i is coordinates (2i, 2i + 1)
-            angles = np.repeat(angles, 2, axis=-1)
+        # pair i is coordinates (i, i + d_k/2) in the "half" layout, (2i, 2i + 1) "interleaved"
+        angles = np.tile(angles, 2) if self.layout == "half" else np.repeat(angles, 2, axis=-1)
         return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
     def partners(self, d_k: int, dtype=np.float64) -> np.ndarray:
@@ -121,9 +115,8 @@ class RoPE:
 
 
 def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.ndarray:
-    """RoPE: each pair i of coordinates of the row of x (..., n, d_k) at position p turned by
-    ``p theta_i``, ``theta_i = base^(-2i / d_k)``; positions: (n,) integers. Turning by
-    ``-positions`` undoes it."""
+    """RoPE: pair i of the row of x (..., n, d_k) at position p (positions: (n,) integers)
+    turned by ``p theta_i``, ``theta_i = base^(-2i / d_k)``; ``-positions`` turns it back."""
     rope = RoPE(base, layout)
     x = valid.real_array(x, "x")
     valid.rank(x, "x", range(2, 33), "(..., n, d_k), with at least 2 axes")
@@ -142,23 +135,18 @@ def rope_rotate(x, positions, base: float = BASE, layout: str = "half") -> np.nd
 
 
 def alibi_slopes(n_heads: int) -> np.ndarray:
-    """ALiBi's fixed slope of every head, (n_heads,): ``2^(-8 (h + 1) / n)`` for n a power
-    of two (8 heads: 1/2, ..., 1/256); otherwise, as the authors' code, the slopes for the
-    largest power of two below n, then every other slope for twice that power."""
+    """ALiBi's fixed slope of every head: ``2^(-8 (h + 1) / n)`` (8 heads: 1/2 ... 1/256) for n a
+    power of two; else, as the authors' code, the lower power's slopes, then ones halfway."""
     n_heads = valid.integer(n_heads, "n_heads", low=1)
     below = 2 ** int(math.floor(math.log2(n_heads)))
-
-    def geometric(n: int) -> np.ndarray:
-        return 2.0 ** (-8.0 * np.arange(1, n + 1) / n)
-
-    extra = geometric(2 * below)[0::2][: n_heads - below]
-    return np.concatenate([geometric(below), extra])
+    twice = 2.0 ** (-8.0 * np.arange(1, 2 * below + 1) / (2 * below))  # for 2 * below heads
+    # every second of those is the slope for `below` heads; the others fill the extra heads
+    return np.concatenate([twice[1::2], twice[0::2][: n_heads - below]])
 
 
 def alibi_bias(n_q: int, n_k: int, slopes) -> np.ndarray:
-    """ALiBi's bias to add to each head's scores, (heads, n_q, n_k): ``-slopes[h] * |i - j|``
-    for the query at position i and the key at j (keys after the query too, as bidirectional
-    uses of ALiBi do; the paper is causal)."""
+    """ALiBi's bias on each head's scores, (heads, n_q, n_k): ``-slopes[h] * |i - j|`` for query
+    i and key j, keys after the query too (as bidirectional uses do; the paper is causal)."""
     queries = query_positions(n_q, n_k)  # (n_q,), checking n_q and n_k
     slopes = valid.real_array(slopes, "slopes")
     valid.rank(slopes, "slopes", (1,), "(heads,)")

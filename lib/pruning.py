@@ -1,10 +1,5 @@
-"""Head importance and pruning for the tiny model (notebook 06).
-
-A head mask multiplies each head's output (:mod:`lib.backprop`); a 0 removes that head.
-Two scores of a head: ablation (the accuracy lost when it alone is switched off) and
-gradient importance (Michel, Levy & Neubig, 2019): the mean over sequences of
-|dL/d mask_h|, a first-order estimate of how the loss changes when the mask moves.
-"""
+"""Head importance and pruning for the tiny model (notebook 06). A head mask multiplies each
+head's output (:mod:`lib.backprop`); a 0 removes that head."""
 
 from dataclasses import dataclass
 
@@ -15,14 +10,12 @@ from .tiny import TinyModel, accuracy
 
 
 def _mask_or_ones(model: TinyModel, head_mask) -> np.ndarray:
-    if head_mask is None:
-        return np.ones(model.n_heads)
-    head_mask = np.asarray(head_mask, dtype=float)
-    if head_mask.shape != (model.n_heads,):
+    mask = np.ones(model.n_heads) if head_mask is None else np.asarray(head_mask, dtype=float)
+    if mask.shape != (model.n_heads,):
         raise ValueError(
-            f"head_mask must have shape (heads,) = ({model.n_heads},), got {head_mask.shape}"
+            f"head_mask must have shape (heads,) = ({model.n_heads},), got {mask.shape}"
         )
-    return head_mask
+    return mask
 
 
 def ablation_drops(model: TinyModel, ids, targets, head_mask=None) -> np.ndarray:
@@ -31,9 +24,7 @@ def ablation_drops(model: TinyModel, ids, targets, head_mask=None) -> np.ndarray
     base_mask = _mask_or_ones(model, head_mask)
     base = accuracy(model, ids, targets, base_mask)
     drops = np.zeros(model.n_heads)
-    for h in range(model.n_heads):
-        if base_mask[h] == 0:
-            continue
+    for h in np.flatnonzero(base_mask):  # the heads still on
         mask = base_mask.copy()
         mask[h] = 0.0
         drops[h] = base - accuracy(model, ids, targets, mask)
@@ -41,14 +32,14 @@ def ablation_drops(model: TinyModel, ids, targets, head_mask=None) -> np.ndarray
 
 
 def gradient_importance(model: TinyModel, ids, targets, head_mask=None) -> np.ndarray:
-    """Mean over sequences of |dL/d mask_h|, (heads,). The mask gets one row per sequence,
+    """Mean over sequences of |dL/d mask_h|, (heads,) (Michel, Levy & Neubig, 2019): how the
+    loss changes, to first order, when the mask moves. The mask gets one row per sequence,
     so that the absolute value is taken per sequence: opposite pulls do not cancel."""
     base_mask = _mask_or_ones(model, head_mask)
     ids = np.asarray(ids)
     per_sequence = np.tile(base_mask, (ids.shape[0], 1))  # (batch, heads)
     _, grads = model.loss_and_grads(ids, targets, per_sequence)
-    # the loss is a mean over all scored answers in the batch; multiply by the batch size
-    # so the score is the mean per-sequence gradient, independent of batch size
+    # the loss is the batch's mean: times the batch size, the mean per-sequence gradient
     return np.abs(grads["head_mask"]).mean(axis=0) * ids.shape[0]
 
 
@@ -60,33 +51,28 @@ class PruningStep:
 
 
 def prune_iteratively(
-    model: TinyModel,
-    select_data: tuple[np.ndarray, np.ndarray],
-    score: str = "ablation",
-    max_drop: float = 0.01,
+    model: TinyModel, select_data, score: str = "ablation", max_drop: float = 0.01
 ) -> list[PruningStep]:
-    """Switch heads off one at a time, least important first (``score``: "ablation" or
-    "gradient"), re-scoring after each, until the next step would lose more than ``max_drop``
-    accuracy on ``select_data`` or one head is left. Report the result on other data.
-    Returns every accepted step, the unpruned model first and the result last."""
+    """Switch heads off one at a time, least important first by ``score``, re-scoring after
+    each, until the next step would lose more than ``max_drop`` accuracy on ``select_data`` (so
+    report the result on other data) or one head is left. The unpruned model is step 0."""
     scores = {"ablation": ablation_drops, "gradient": gradient_importance}
     valid.one_of(score, "score", tuple(scores))
     if not 0 <= max_drop < 1:
         raise ValueError(f"max_drop must be in [0, 1), got {max_drop}")
     mask = np.ones(model.n_heads)
     start = accuracy(model, *select_data, mask)
-    steps = [PruningStep(None, mask.copy(), start)]
+    steps = [PruningStep(None, mask, start)]
     while mask.sum() > 1:
         importance = scores[score](model, *select_data, mask)
         alive = np.flatnonzero(mask)
         weakest = int(alive[np.argmin(importance[alive])])
-        trial = mask.copy()
-        trial[weakest] = 0.0
-        acc = accuracy(model, *select_data, trial)
+        mask = mask.copy()  # each step keeps its own
+        mask[weakest] = 0.0
+        acc = accuracy(model, *select_data, mask)
         if start - acc > max_drop:
             break
-        mask = trial
-        steps.append(PruningStep(weakest, mask.copy(), acc))
+        steps.append(PruningStep(weakest, mask, acc))
     return steps
 
 

@@ -1,10 +1,7 @@
 """The tasks the tiny model learns (notebooks 05, 06, 09, 10): sequences of random tokens,
 and at each position the answer a head must fetch. Each task returns (ids, targets), targets
 -1 (:data:`IGNORE`) where nothing is to be predicted: those positions count neither in the
-loss nor in the accuracy.
-"""
-
-import math
+loss nor in the accuracy."""
 
 import numpy as np
 
@@ -23,8 +20,7 @@ def repeating_pattern_task(
     if not 1 <= period < seq_len:
         raise ValueError(f"period must be in 1..seq_len-1 = 1..{seq_len - 1}, got {period}")
     patterns = rng.integers(0, vocab_size, size=(n_seqs, period))
-    reps = math.ceil((seq_len + 1) / period)
-    full = np.tile(patterns, reps)[:, : seq_len + 1]  # (n_seqs, seq_len + 1)
+    full = np.tile(patterns, seq_len // period + 1)[:, : seq_len + 1]  # (n_seqs, seq_len + 1)
     ids, targets = full[:, :-1].copy(), full[:, 1:].copy()
     targets[:, : period - 1] = IGNORE
     return ids, targets
@@ -53,9 +49,8 @@ def copy_offsets_task(
 def last_marked_task(
     n_seqs: int, seq_len: int, vocab_size: int, n_marked: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Notebook 09's second task: at position i, answer the latest *marked* token (one of the
-    last ``n_marked`` ids) at or before i, found by what it is, never by a fixed offset; -1
-    before the first one."""
+    """Notebook 09's second task: at i, the latest *marked* token (one of the last ``n_marked``
+    ids) at or before i, found by what it is, never by a fixed offset; -1 before the first."""
     _check_task_args(n_seqs, seq_len, vocab_size)
     n_marked = valid.integer(n_marked, "n_marked", low=1)
     if n_marked >= vocab_size:

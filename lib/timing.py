@@ -11,9 +11,7 @@ from . import _validate as valid
 
 def best_time(fn, *args, repeat: int = 3, number: int = 1, budget: float | None = None) -> float:
     """The fastest of up to ``repeat`` timings of ``number`` calls of ``fn(*args)``, in
-    seconds per call. ``number`` > 1 times calls too short for the clock one by one;
-    ``budget`` (seconds) stops starting new timings once it is spent, so that a slow
-    function is timed fewer times (always at least once)."""
+    seconds per call; ``budget`` (seconds) stops starting new timings once it is spent."""
     repeat, number = valid.integer(repeat, "repeat", low=1), valid.integer(number, "number", low=1)
     times, start = [], time.perf_counter()
     while len(times) < repeat and (
@@ -27,9 +25,8 @@ def best_time(fn, *args, repeat: int = 3, number: int = 1, budget: float | None 
 
 
 def best_times(fns: dict, repeat: int = 7) -> dict[str, float]:
-    """Several functions timed against each other: {name: seconds of its fastest call}.
-    Each ``fns[name]()`` is called once to warm up, then ``repeat`` rounds call each in
-    turn, so that other work on the machine slows them all alike."""
+    """Several functions timed against each other: {name: seconds of its fastest call}. After
+    a warm-up call each, ``repeat`` rounds call each in turn: other work slows them all alike."""
     repeat = valid.integer(repeat, "repeat", low=1)
     for fn in fns.values():
         fn()  # the first call may pay for allocations and caches

@@ -8,12 +8,11 @@ Embeddings -> one causal multi-head attention layer -> a linear readout, at ever
 
 No residual connection, no MLP, no LayerNorm: whatever the readout knows, the attention layer
 had to bring to that position. The parameters are a plain dict of arrays, so that the
-optimiser and the gradient check walk over them by name. ``positions=`` is one of
-:data:`lib.positions.SCHEMES` (notebook 09); the tasks it learns are in :mod:`lib.tasks`.
-"""
+optimiser and the gradient check walk over them by name."""
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -29,10 +28,9 @@ from .tasks import repeating_pattern_task as repeating_pattern_task
 
 @dataclass
 class TinyModel:
-    """Embeddings -> causal multi-head attention -> linear readout. params: tok_emb (vocab,
-    d), pos_emb (max_len, d) (learned positions only), W_q W_k W_v W_o (d, d), b_q b_k b_v b_o
-    (d,), W_out (d, slots * classes), b_out (slots * classes,). The readout gives ``n_slots``
-    answers per position, each a choice among the classes: logits (batch, n, slots, classes)."""
+    """params: tok_emb (vocab, d), pos_emb (max_len, d) (learned positions only), W_q W_k W_v
+    W_o (d, d), b_q b_k b_v b_o (d,), W_out (d, slots * classes), b_out (slots * classes,).
+    ``n_slots`` answers per position; ``positions`` one of :data:`lib.positions.SCHEMES`."""
 
     params: dict[str, np.ndarray]
     n_heads: int
@@ -42,10 +40,6 @@ class TinyModel:
     @property
     def d_model(self) -> int:
         return self.params["tok_emb"].shape[1]
-
-    @property
-    def vocab_size(self) -> int:
-        return self.params["tok_emb"].shape[0]
 
     @property
     def max_len(self) -> int | None:
@@ -60,9 +54,9 @@ class TinyModel:
     def forward(self, ids: np.ndarray, head_mask: np.ndarray | None = None):
         """Logits (batch, n, slots, classes), weights (batch, heads, n, n) and a cache."""
         scheme = valid.one_of(self.positions, "positions", POS.SCHEMES)
-        ids = self._check_ids(ids)
-        batch, n = ids.shape
         p, dtype = self.params, self.params["tok_emb"].dtype
+        ids = valid.token_ids(ids, len(p["tok_emb"]), self.max_len)  # tok_emb: a row per token
+        batch, n = ids.shape
         # the attention weights are checked by mha_forward
         valid.finite_all({k: p[k] for k in ("tok_emb", "pos_emb", "W_out", "b_out") if k in p})
         x = p["tok_emb"][ids]  # (batch, n, d): the tokens alone, for none, rope and alibi
@@ -117,19 +111,9 @@ class TinyModel:
         loss, d_logits = cross_entropy(logits, self._slotted(targets))
         return loss, self.backward(d_logits, cache)
 
-    def predict(self, ids, head_mask=None) -> np.ndarray:
-        """The most likely class of every answer, (batch, n, slots)."""
-        logits, _, _ = self.forward(ids, head_mask)
-        return logits.argmax(axis=-1)
-
-    def _slotted(self, targets) -> np.ndarray:
+    def _slotted(self, targets) -> np.ndarray:  # a one-slot model's (batch, n) targets get a slot
         targets = np.asarray(targets)
-        if targets.ndim == 2 and self.n_slots == 1:
-            targets = targets[..., None]
-        return targets
-
-    def _check_ids(self, ids) -> np.ndarray:
-        return valid.token_ids(ids, self.vocab_size, self.max_len)
+        return targets[..., None] if targets.ndim == 2 and self.n_slots == 1 else targets
 
 
 def init_tiny_model(
@@ -140,17 +124,14 @@ def init_tiny_model(
     n_classes: int,
     rng: np.random.Generator,
     n_slots: int = 1,
-    dtype=np.float64,
     positions: str = "learned",
 ) -> TinyModel:
-    """Embeddings N(0, 1); square weights Glorot-uniform; readout N(0, 1/d); biases 0. The
-    learned table ``pos_emb`` (``max_len`` rows) is drawn whatever ``positions`` says (kept only
-    for "learned"), so that with one rng every scheme starts from the same other weights."""
+    """The learned table ``pos_emb`` is drawn whatever ``positions`` says (and kept only for
+    "learned"), so that with one rng every scheme starts from the same other weights."""
     d_k = valid.heads(d_model, n_heads)
     counts = dict(vocab_size=vocab_size, max_len=max_len, n_classes=n_classes, n_slots=n_slots)
     for name, value in counts.items():
         valid.integer(value, name, low=1)
-    dtype = valid.float_dtype(dtype)
     valid.one_of(positions, "positions", POS.SCHEMES)
     if positions == "rope":
         valid.even(d_k, "d_k", "RoPE turns pairs of coordinates")
@@ -164,7 +145,7 @@ def init_tiny_model(
     p["b_out"] = np.zeros(n_slots * n_classes)
     if positions != "learned":
         del p["pos_emb"]
-    return TinyModel({k: v.astype(dtype) for k, v in p.items()}, n_heads, n_slots, positions)
+    return TinyModel(p, n_heads, n_slots, positions)
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
@@ -201,15 +182,15 @@ def accuracy(model: TinyModel, ids, targets, head_mask=None) -> float:
     scored = (targets != IGNORE).all(axis=-1)  # (batch, n)
     if not scored.any():
         raise ValueError("no position has a target (all targets are -1)")
-    right = (model.predict(ids, head_mask) == targets).all(axis=-1)  # (batch, n)
+    predicted = model.forward(ids, head_mask)[0].argmax(axis=-1)  # (batch, n, slots)
+    right = (predicted == targets).all(axis=-1)  # (batch, n)
     return float(right[scored].mean())
 
 
 @dataclass
 class Adam:
-    """Adam (Kingma & Ba, 2015), updating a dict of arrays in place: m and v are running
-    means of the gradient and of its square; dividing by (1 - beta**t) removes their bias
-    towards 0 in the first steps."""
+    """Adam (Kingma & Ba, 2015) on a dict of arrays, in place: m and v are running means of the
+    gradient and its square; dividing by (1 - beta**t) removes their early bias towards 0."""
 
     lr: float = 1e-2
     beta1: float = 0.9
@@ -236,15 +217,12 @@ class Adam:
 @dataclass
 class TrainLog:
     steps: list[int] = field(default_factory=list)
-    loss: list[float] = field(default_factory=list)
     accuracy: list[float] = field(default_factory=list)
 
     def steps_to(self, target_accuracy: float) -> int | None:
         """First logged step whose accuracy reached the target, or None."""
-        for step, acc in zip(self.steps, self.accuracy, strict=True):
-            if acc >= target_accuracy:
-                return step
-        return None
+        reached = np.flatnonzero(np.array(self.accuracy) >= target_accuracy)
+        return self.steps[reached[0]] if reached.size else None
 
 
 def train(
@@ -257,18 +235,16 @@ def train(
     eval_every: int = 50,
     stop_at: float | None = None,
 ) -> TrainLog:
-    """Train with Adam on fresh batches ``make_batch(rng)``; log the accuracy on
-    ``eval_data`` every ``eval_every`` steps and after the last. With ``stop_at``, stop once
-    that accuracy reaches it."""
+    """Train with Adam on fresh batches ``make_batch(rng)``, logging the accuracy on ``eval_data``
+    every ``eval_every`` steps and after the last; stop once it reaches ``stop_at``, if given."""
     optimiser = Adam(lr=lr)
     log = TrainLog()
     for step in range(1, n_steps + 1):
         ids, targets = make_batch(rng)
-        loss, grads = model.loss_and_grads(ids, targets)
+        _, grads = model.loss_and_grads(ids, targets)
         optimiser.step(model.params, grads)
         if step % eval_every == 0 or step == n_steps:
             log.steps.append(step)
-            log.loss.append(loss)
             log.accuracy.append(accuracy(model, *eval_data))
             if stop_at is not None and log.accuracy[-1] >= stop_at:
                 break
@@ -307,10 +283,7 @@ def position_experiment(
             targets = targets.copy()
             targets[:, :train_len] = IGNORE  # score only the positions never trained on
         held_out[n] = ids, targets
-
-    def batches(rng):  # the training data: n_steps batches of length train_len
-        return task(batch, train_len, rng)
-
+    batches = partial(task, batch, train_len)  # the training data: batches of length train_len
     records = []
     for scheme in schemes:
         for seed in seeds:

@@ -10,15 +10,6 @@ from . import _validate as valid
 from . import attention as A
 
 
-def pack_in_proj(params: A.MHAParams) -> tuple[np.ndarray, np.ndarray | None]:
-    """Our W_q, W_k, W_v (and biases) as torch's in_proj_weight (3 d_model, d_model) =
-    [W_q | W_k | W_v]^T and in_proj_bias (3 d_model,) = [b_q, b_k, b_v] (None: no biases)."""
-    valid.params(params)
-    weight = np.concatenate([params.W_q, params.W_k, params.W_v], axis=1).T
-    bias = np.concatenate([params.b_q, params.b_k, params.b_v]) if params.has_bias else None
-    return np.ascontiguousarray(weight), bias
-
-
 def to_torch_attn_mask(mask: np.ndarray):
     """Our boolean mask (True = may attend) as a boolean ``attn_mask`` for
     ``nn.MultiheadAttention`` (True = may NOT attend): the same shape, inverted."""
@@ -29,21 +20,24 @@ def to_torch_attn_mask(mask: np.ndarray):
 
 def to_torch_mha(params: A.MHAParams):
     """An ``nn.MultiheadAttention(batch_first=True)`` in eval mode holding our weights, in
-    their dtype. Called with ``attn_mask=to_torch_attn_mask(mask)`` and
-    ``average_attn_weights=False`` it returns what ``A.multi_head_attention`` does."""
+    their dtype, W_q, W_k, W_v packed into its in_proj_weight as [W_q | W_k | W_v]^T. Called
+    with ``attn_mask=to_torch_attn_mask(mask)`` and ``average_attn_weights=False`` it returns
+    what ``A.multi_head_attention`` does."""
     import torch
     from torch import nn
 
-    weight, bias = pack_in_proj(params)  # checks params
+    valid.params(params)
     dtype = getattr(torch, np.dtype(params.W_q.dtype).name)
     module = nn.MultiheadAttention(
         params.d_model, params.n_heads, bias=params.has_bias, batch_first=True, dtype=dtype
     )
+    in_proj = np.concatenate([params.W_q, params.W_k, params.W_v], axis=1).T  # (3 d, d)
     with torch.no_grad():
-        module.in_proj_weight.copy_(torch.from_numpy(weight))
+        module.in_proj_weight.copy_(torch.from_numpy(in_proj.copy()))
         module.out_proj.weight.copy_(torch.from_numpy(params.W_o.T.copy()))
-        if bias is not None:
-            module.in_proj_bias.copy_(torch.from_numpy(bias))
+        if params.has_bias:
+            in_bias = np.concatenate([params.b_q, params.b_k, params.b_v])  # (3 d,)
+            module.in_proj_bias.copy_(torch.from_numpy(in_bias))
             module.out_proj.bias.copy_(torch.from_numpy(params.b_o))
     return module.eval()
 

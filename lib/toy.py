@@ -62,18 +62,14 @@ def head_weights(model: ToyModel, h: int) -> tuple[L.Matrix, L.Matrix, L.Matrix]
     return tuple(L.split_columns(W, model.n_heads)[h] for W in (model.W_q, model.W_k, model.W_v))
 
 
-def token_ids(sentence: list[str] = SENTENCE) -> list[int]:
+def embed(model: ToyModel, sentence: list[str] = SENTENCE) -> L.Matrix:
+    """X[i] = token embedding of word i + position embedding of position i: (n, d_model)."""
     unknown = [w for w in sentence if w not in VOCAB]
     if unknown:
         raise ValueError(f"words not in the toy vocabulary {VOCAB}: {unknown}")
-    return [VOCAB.index(w) for w in sentence]
-
-
-def embed(model: ToyModel, sentence: list[str] = SENTENCE) -> L.Matrix:
-    """X[i] = token embedding of word i + position embedding of position i: (n, d_model)."""
-    ids = token_ids(sentence)
-    if len(ids) > len(model.pos_emb):
-        raise ValueError(f"sentence of {len(ids)} tokens is longer than MAX_LEN={MAX_LEN}")
+    if len(sentence) > len(model.pos_emb):
+        raise ValueError(f"sentence of {len(sentence)} tokens is longer than MAX_LEN={MAX_LEN}")
+    ids = [VOCAB.index(w) for w in sentence]
     return [
         [t + p for t, p in zip(model.token_emb[tok], model.pos_emb[i], strict=True)]
         for i, tok in enumerate(ids)

@@ -1,14 +1,14 @@
 """Checks for the exercises in the notebooks (``from lib import checks``).
 
-Each ``check_*`` function calls a student's implementation on fixed inputs (at least two
-shapes, and inputs where numerical instability shows when stability is the point) and
-compares the result with lib's reference. On success it prints one line starting with "✓".
-On failure it raises :class:`CheckFailed` with one sentence the student can act on: the
-mistake, when the answer is a known one (a missing 1/sqrt(d_k), softmax over the wrong axis,
-...), else the property that is broken (shape, rows not summing to 1, ...). Messages never
-contain the solution's code. One module per notebook, all built on ``_core``;
+Each ``check_*`` calls a student's function on fixed inputs (two shapes or more, and inputs
+where instability shows when stability is the point) and compares it with lib's reference: it
+prints one line starting with "✓", or raises :class:`CheckFailed` with one sentence the
+student can act on, the mistake when it is a known one, else the property that is broken.
+Messages never contain the solution's code. One module per notebook, all built on ``_core``;
 ``show_solution("name")`` prints an exercise's reference answer, after a warning.
 """
+
+# ruff: noqa: F401 - the checks are imported to be re-exported (__all__ lists them)
 
 from ._core import CheckFailed
 from ._solutions import UnknownExercise, show_solution
@@ -39,22 +39,6 @@ from .nb11_induction import (
     check_prefix_matching_score,
 )
 
+# Every check imported above, in the notebooks' order.
 __all__ = ["CheckFailed", "UnknownExercise", "show_solution"]
-__all__ += ["check_attention_list", "check_log_softmax_list", "check_sliding_window_mask_list"]
-__all__ += ["check_causal_mask", "check_padding_mask", "check_softmax"]
-__all__ += ["check_merge_heads", "check_param_count", "check_split_heads"]
-__all__ += ["check_entropy", "check_head_similarity", "check_previous_token_score"]
-__all__ += ["check_head_count_sweep", "check_smallest_sufficient_heads"]
-__all__ += ["check_adam_step", "check_cross_entropy_grad", "check_softmax_backward"]
-__all__ += [
-    "check_ablation_drops",
-    "check_gradient_importance",
-    "check_head_roles",
-    "check_prune_heads",
-    "check_spearman",
-]
-__all__ += ["check_coreference_accuracy", "check_find_offset_head", "check_target_score"]
-__all__ += ["check_from_torch", "check_torch_attention", "check_torch_mask"]
-__all__ += ["check_alibi_bias", "check_rope_scores", "check_sinusoidal_shift"]
-__all__ += ["check_decode_step", "check_gqa_attention", "check_online_softmax_update"]
-__all__ += ["check_ablation_losses", "check_predict_from_pattern", "check_prefix_matching_score"]
+__all__ += [name for name in globals() if name.startswith("check_")]

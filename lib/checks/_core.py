@@ -45,7 +45,6 @@ def exercise(check: Callable) -> Callable:
             if os.environ.get("NBGRADER_EXECUTION"):
                 raise
             print(not_attempted_line(exc.name))
-            return None
 
     return checked
 
@@ -55,15 +54,12 @@ def not_attempted_line(name: str) -> str:
     return f'○ Not attempted yet. Stuck after trying? checks.show_solution("{name}")'
 
 
-# --------------------------------------------------------------------------- calling
 def raised_in(exc: BaseException, fn: Callable) -> str | None:
     """The name of the student's helper (not ``fn``, not lib, not a package) that raised
     ``exc``, else None. The grader's proxy for a function in another process sets it."""
     if hasattr(exc, "raised_in"):
         return exc.raised_in or None
-    tb = exc.__traceback__
-    if tb is None:
-        return None
+    tb = exc.__traceback__  # caught, so it has one
     while tb.tb_next is not None:
         tb = tb.tb_next
     code = tb.tb_frame.f_code
@@ -92,11 +88,7 @@ def refusing(refused: Sequence[tuple[str, str, str]]):
     swapped = []
     try:
         for module, qualname, message in refused:
-            target = importlib.import_module(module)
-            for part in qualname.split("."):
-                target = getattr(target, part)
-            if target.__code__.co_freevars:  # a closure: its code cannot be swapped
-                raise ValueError(f"cannot refuse {module}.{qualname}: it is a closure")
+            target = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
             swapped.append((target, target.__code__))
             consts = tuple(message if c == "MESSAGE" else c for c in _refused.__code__.co_consts)
             target.__code__ = _refused.__code__.replace(co_consts=consts)
@@ -141,7 +133,6 @@ def hint(exc_type: type, name: str, advice: str, context: str = "") -> tuple:
     return exc_type, lambda exc: f"{name} raised {exc_type.__name__} ({exc}){context}: {advice}"
 
 
-# --------------------------------------------------------------------------- reading answers
 def describe(value) -> str:
     """A short description of a wrong answer: its type, and its shape if it has one."""
     shape = getattr(value, "shape", None)
@@ -200,7 +191,6 @@ def passed(message: str) -> None:
     print(f"✓ {message}")
 
 
-# --------------------------------------------------------------------------- the mistake table
 def diagnose(got, where: str, mistakes: dict, same=None, tol: float = 1e-7) -> None:
     """Raise "<where>: <sentence>" for the first of ``mistakes``, {sentence: what that mistake
     returns}, that ``got`` equals by ``same`` (default: within ``tol``, NaN equal to NaN, as an
@@ -208,30 +198,23 @@ def diagnose(got, where: str, mistakes: dict, same=None, tol: float = 1e-7) -> N
     called only when needed; one that raises or returns None is skipped."""
     if same is None:
         same = functools.partial(close, tol=tol, equal_nan=True)
-    for message, wrong in mistakes.items():
-        if callable(wrong):
+    with np.errstate(all="ignore"):
+        for message, wrong in mistakes.items():
             try:
-                with np.errstate(all="ignore"):
-                    wrong = wrong()
+                wrong = wrong() if callable(wrong) else wrong
             except Exception:  # noqa: BLE001 - a mistake that cannot be built is skipped
                 continue
-        with np.errstate(all="ignore"):
             if wrong is not None and same(got, wrong):
                 raise CheckFailed(f"{where}: {message}")
 
 
-def same_unstable(tol: float = 1e-7) -> Callable[[object, object], bool]:
+def same_unstable(got, wrong, tol: float = 1e-7) -> bool:
     """Equality for answers of numerically unstable mistakes: where the mistake gives NaN or
     inf, the answer may give NaN, inf or 0 (a student's guard may have replaced the NaN);
     everywhere else the values must agree within ``tol``."""
-
-    def same(got, wrong) -> bool:
-        got, wrong = np.asarray(got, dtype=float), np.asarray(wrong, dtype=float)
-        if got.shape != wrong.shape:
-            return False
-        bad = ~np.isfinite(wrong)
-        if not np.all(~np.isfinite(got[bad]) | (got[bad] == 0)):
-            return False
-        return bool(np.allclose(got[~bad], wrong[~bad], rtol=tol, atol=tol))
-
-    return same
+    got, wrong = np.asarray(got, dtype=float), np.asarray(wrong, dtype=float)
+    if got.shape != wrong.shape:
+        return False
+    bad = ~np.isfinite(wrong)
+    guarded = np.all(~np.isfinite(got[bad]) | (got[bad] == 0))
+    return bool(guarded and np.allclose(got[~bad], wrong[~bad], rtol=tol, atol=tol))

@@ -22,9 +22,8 @@ class UnknownExercise(LookupError):
 
 
 def solution(name) -> dict:
-    """The exercise called ``name`` (the function its check is given, e.g. "softmax", or the
-    check's own name, e.g. "check_softmax"; or either function itself, as the check cell
-    passes it): {"name", "notebook", "check", "source"}."""
+    """The exercise ``name`` names (its function or check, or the name of either, e.g. "softmax"
+    or "check_softmax"): {"name", "notebook", "check", "source"}."""
     name = getattr(name, "__name__", name)
     exercises = json.loads(SOLUTIONS.read_text(encoding="utf-8"))["exercises"]
     for exercise in exercises:

@@ -1,5 +1,4 @@
-"""Checks of notebook 01 (attention with lists): the log-softmax of one row, the
-sliding-window causal mask, and scaled dot-product attention on Python lists."""
+"""Checks of notebook 01 (attention with Python lists): log-softmax, window mask, attention."""
 
 import math
 from collections.abc import Callable
@@ -22,29 +21,25 @@ from ._core import (
     passed,
 )
 
-NEG_INF = float("-inf")
 
-
-# --------------------------------------------------------------------------- log-softmax
-def log_softmax_reference(row: list[float], shift=max) -> list[float]:
+def log_softmax_reference(row: list[float]) -> list[float]:
     """log(softmax(row)) without forming the weights: s - m - log(sum exp(s - m)), m the
-    largest score (``shift``: another m, a mistake); a masked score (-inf) gets -inf."""
-    finite = [s for s in row if s != NEG_INF]
+    largest score; a masked score (-inf) gets -inf."""
+    finite = [s for s in row if s != -math.inf]
     if not finite:
-        return [NEG_INF] * len(row)
-    top = shift(finite)
+        return [-math.inf] * len(row)
+    top = max(finite)
     log_total = math.log(sum(math.exp(s - top) for s in finite))
     return [s - top - log_total for s in row]
 
 
-# Where instability shows: scores near +1000 overflow exp unless the row is shifted; scores
-# near -1000 underflow to 0, and log(0) fails; a row whose scores are far APART overflows
-# unless the shift is the row's maximum, and has weights that underflow to 0, so the log of
-# the softmax's weights fails (or gives -inf for a score that is not masked).
+# Where instability shows: near +1000 exp overflows unless the row is shifted; near -1000 it
+# underflows to 0, and log(0) fails; scores far APART overflow unless the shift is the row's
+# maximum, and their weights underflow to 0, so the log of the weights fails (or is -inf).
 _HIGH_ROW = [1000.0, 1001.0, 999.0]
 _LOW_ROW = [-1000.0, -1001.0, -999.0]
 _FAR_ROW = [3.0, -800.0, 804.0, 0.5]
-_MASKED_ROW = [0.3, NEG_INF, 1.2, NEG_INF]
+_MASKED_ROW = [0.3, -math.inf, 1.2, -math.inf]
 _TINY = (
     f"on scores far apart ({_FAR_ROW}) three of the four "
     "weights are below exp(-800), which is 0.0 in floating point"
@@ -62,8 +57,7 @@ _SHIFT = (
 
 @exercise
 def check_log_softmax_list(log_softmax_fn: Callable[[list[float]], list[float]]) -> None:
-    """Exercise (notebook 01): the log of the softmax weights of one Python list, computed
-    stably (the log-sum-exp trick), masks included."""
+    """Exercise (notebook 01): the stable log-softmax (log-sum-exp) of one list, masks included."""
     name = "log_softmax_row"
 
     def wrong_answer(row, *hints):
@@ -111,11 +105,10 @@ def check_log_softmax_list(log_softmax_fn: Callable[[list[float]], list[float]])
     log_of_zero = f"{name}: {_TINY}, and you took the log of 0.0, which fails: {_DIRECT}"
     got = wrong_answer(_FAR_ROW, (OverflowError, f"{name}: {_SHIFT}"), (ValueError, log_of_zero))
     if got is not None:
-        log_of_weights = [math.log(w) if w > 0 else NEG_INF for w in L.softmax(_FAR_ROW)]
+        log_of_weights = [math.log(w) if w > 0 else -math.inf for w in L.softmax(_FAR_ROW)]
         mistakes = {
             f"{_TINY}, and you gave them log-weight -inf, as if they "
             f"were masked (they are not): {_DIRECT}": log_of_weights,
-            _SHIFT: lambda: log_softmax_reference(_FAR_ROW, shift=min),  # overflows: skipped
         }
         diagnose(got, name, mistakes)
         if not np.isfinite(got).all():
@@ -143,13 +136,12 @@ def check_log_softmax_list(log_softmax_fn: Callable[[list[float]], list[float]])
         f"{name}: a row where every score is -inf (nothing to attend to) has "
         "every weight 0, so every log-weight is -inf; return that, without an error"
     )
-    got = wrong_answer([NEG_INF] * 3, ((ArithmeticError, ValueError), all_masked + "."))
+    got = wrong_answer([-math.inf] * 3, ((ArithmeticError, ValueError), all_masked + "."))
     if got is not None:
         raise CheckFailed(f"{all_masked}; you returned {got.tolist()}.")
     passed("log_softmax_row: exp sums to 1; stable near ±1000 and far apart; masked keys -inf.")
 
 
-# --------------------------------------------------------------------------- sliding window
 def window_mask_reference(n: int, window: int) -> list[list[bool]]:
     """n x n booleans: query i may attend to keys i - window + 1 .. i (those that exist)."""
     return [[i - window < j <= i for j in range(n)] for i in range(n)]
@@ -187,7 +179,7 @@ def check_sliding_window_mask_list(window_mask_fn: Callable[[int, int], list[lis
     # Largest first: small cases cannot tell mistakes apart. (4, 6): a window longer than
     # the sentence is the plain causal mask; (5, 1): each token sees only itself.
     cases = ((7, 3), (6, 2), (4, 6), (5, 1))
-    answers = []
+    answers, right = [], []
     for n, window in cases:
         got = call(window_mask_fn, name, n, window)
         try:
@@ -199,12 +191,10 @@ def check_sliding_window_mask_list(window_mask_fn: Callable[[int, int], list[lis
                 f"each, True or False; your rows have lengths {lengths}."
             ) from None
         expect_shape(arr, (n, n), name, f"a {n} x {n} mask")
-        expect_bool(arr, np.asarray(window_mask_reference(n, window)), name)
+        expected = np.asarray(window_mask_reference(n, window))
+        expect_bool(arr, expected, name)
         answers.append(arr)
-    right = [
-        np.array_equal(a, window_mask_reference(n, w))
-        for a, (n, w) in zip(answers, cases, strict=True)
-    ]
+        right.append(np.array_equal(arr, expected))
     if all(right):
         passed(
             "sliding_window_mask: query i sees keys i-window+1 .. i, windows shorter and longer."
@@ -231,7 +221,6 @@ def check_sliding_window_mask_list(window_mask_fn: Callable[[int, int], list[lis
     )
 
 
-# --------------------------------------------------------------------------- attention
 def _same_weights(got_w, wrong_w) -> bool:
     """Where the student's weights are NaN/inf (an unguarded softmax on a row with nothing to
     attend to), the mistake's may be 0 or NaN/inf: that must not hide the real mistake."""
@@ -243,16 +232,28 @@ def _same_weights(got_w, wrong_w) -> bool:
     return bool(rest_ok and np.allclose(got_w[finite], wrong_w[finite], rtol=1e-7, atol=1e-7))
 
 
-def check_attention_result(result, q, k, v, mask, name, overflow=None):
-    """Judge one (output, weights) answer of attention against lib's and the classic wrong
-    versions; ``overflow``: the sentence for weights that hold NaN or inf."""
+# lib's attention, which exercise 3 asks for (section 5 shows L.attention): refused while the
+# student's function runs.
+_LIB_ATTENTION = (
+    ("lib.lists", "attention", "L.attention"),
+    ("lib.lists", "multi_head_attention", "L.multi_head_attention"),
+    ("lib.attention", "scaled_dot_product_attention", "lib's scaled_dot_product_attention"),
+    ("lib.attention", "multi_head_attention", "lib's multi_head_attention"),
+)
+
+
+def _attention_case(attention_fn, name, q, k, v, mask, hints=(), overflow=None):
+    """Run the student's attention on q, k, v (and mask) as lists; judge its (output, weights)
+    against lib's and the classic wrong versions (``overflow``: the sentence for NaN or inf)."""
+    args = (q.tolist(), k.tolist(), v.tolist(), None if mask is None else mask.tolist())
+    result = call(attention_fn, name, *args, hints=hints, refuse=_LIB_ATTENTION)
     expect_tuple(result, 2, name, "a pair (output, weights)")
     out = as_array(result[0], name, "the output")
     weights = as_array(result[1], name, "the weights")
     if overflow and not np.isfinite(weights).all():
         raise CheckFailed(overflow)
-    shape_w = q.shape[:-1] + (k.shape[-2],)
-    shape_o = q.shape[:-1] + (v.shape[-1],)
+    n_q, n_k, d_k = len(q), len(k), q.shape[-1]
+    shape_w, shape_o = (n_q, n_k), (n_q, v.shape[-1])
     if shape_w != shape_o and (out.shape, weights.shape) == (shape_w, shape_o):
         raise CheckFailed(
             f"{name}: you returned (weights, output); "
@@ -276,7 +277,6 @@ def check_attention_result(result, q, k, v, mask, name, overflow=None):
             scores = np.where(mask, scores, -np.inf)
         return A.softmax(scores, axis)
 
-    d_k, n_q, n_k = q.shape[-1], q.shape[-2], k.shape[-2]
     raw = q @ np.swapaxes(k, -1, -2)
     scaled = raw / math.sqrt(d_k)
     mistakes = {}
@@ -292,22 +292,21 @@ def check_attention_result(result, q, k, v, mask, name, overflow=None):
             "you masked the weights after the softmax, so rows no longer sum to 1: mask "
             "the scores (with -inf) before the softmax.": A.softmax(scaled) * mask,
         }
-    unscaled = finish(raw)
-    mistakes |= {
-        "you did not scale the scores: divide q @ k^T by sqrt(d_k) before the softmax.": unscaled,
-        "you divided the scores by d_k; divide by sqrt(d_k).": finish(raw / d_k),
-        "you multiplied the scores by sqrt(d_k); divide by it.": finish(raw * math.sqrt(d_k)),
-    }
     sizes = [(n_q, "queries and keys")] if n_q == n_k else [(n_q, "queries"), (n_k, "keys")]
-    mistakes |= {
+    by_size = {
         f"you scaled by the square root of the number of {what}; "
         "d_k is the length of one query vector (the last axis of q).": finish(raw / math.sqrt(size))
         for size, what in sizes
         if size != d_k
     }
+    unscaled = finish(raw)
     mistakes |= {
+        "you did not scale the scores: divide q @ k^T by sqrt(d_k) before the softmax.": unscaled,
+        "you divided the scores by d_k; divide by sqrt(d_k).": finish(raw / d_k),
+        "you multiplied the scores by sqrt(d_k); divide by it.": finish(raw * math.sqrt(d_k)),
+        **by_size,
         "your softmax runs over the queries (columns sum to 1); take "
-        "it over the keys, the last axis, so each query's row sums to 1.": finish(scaled, axis=-2)
+        "it over the keys, the last axis, so each query's row sums to 1.": finish(scaled, axis=-2),
     }
     diagnose(weights, name, mistakes, same=_same_weights)
     if close(weights, exp_w):
@@ -328,32 +327,12 @@ def check_attention_result(result, q, k, v, mask, name, overflow=None):
     )
 
 
-# lib's attention, which exercise 3 asks the student to write (section 5 of the notebook
-# shows L.attention; while the student's function runs, these raise instead of running).
-_LIB_ATTENTION = (
-    ("lib.lists", "attention", "L.attention"),
-    ("lib.lists", "multi_head_attention", "L.multi_head_attention"),
-    ("lib.attention", "scaled_dot_product_attention", "lib's scaled_dot_product_attention"),
-    ("lib.attention", "multi_head_attention", "lib's multi_head_attention"),
-)
-
-
 @exercise
 def check_attention_list(attention_fn: Callable) -> None:
     """Exercise (notebook 01): attention(Q, K, V, mask) on lists -> (output, weights)."""
     name = "attention"
-    no_mask = hint(
-        TypeError,
-        name,
-        "no mask means every query may attend to every key, so skip the masking.",
-        " when called with mask=None",
-    )
-
-    def run(q, k, v, mask, hints, overflow=None):
-        args = (q.tolist(), k.tolist(), v.tolist(), None if mask is None else mask.tolist())
-        result = call(attention_fn, name, *args, hints=hints, refuse=_LIB_ATTENTION)
-        check_attention_result(result, q, k, v, mask, name, overflow)
-
+    advice = "no mask means every query may attend to every key, so skip the masking."
+    no_mask = hint(TypeError, name, advice, " when called with mask=None")
     rng = np.random.default_rng(1)
     for n_q, n_k, d_k, d_v, masked in (
         (4, 4, 3, 2, True),
@@ -363,7 +342,8 @@ def check_attention_list(attention_fn: Callable) -> None:
     ):
         q, k = rng.normal(size=(n_q, d_k)), rng.normal(size=(n_k, d_k))
         v = rng.normal(size=(n_k, d_v))
-        run(q, k, v, A.causal_mask(n_q, n_k) if masked else None, [] if masked else [no_mask])
+        mask = A.causal_mask(n_q, n_k) if masked else None
+        _attention_case(attention_fn, name, q, k, v, mask, () if masked else [no_mask])
     # Scores near 2000, spread by a few units: exp overflows unless each row is shifted by
     # its maximum first (L.softmax does it); the weights are still far from one-hot.
     q = 32.0 * (1.0 + 1e-3 * rng.normal(size=(3, 4)))
@@ -373,5 +353,5 @@ def check_attention_list(attention_fn: Callable) -> None:
         f"{name}: exp overflowed on scores near {(q @ k.T).max() / 2:.0f}: "
         "subtract each row's largest score before exponentiating, as L.softmax does."
     )
-    run(q, k, v, None, [(OverflowError, overflow)], overflow)
+    _attention_case(attention_fn, name, q, k, v, None, [(OverflowError, overflow)], overflow)
     passed("attention: scores / sqrt(d_k), softmax over the keys, True = may attend, weights @ V.")

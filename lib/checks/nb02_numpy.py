@@ -1,5 +1,4 @@
-"""Checks of notebook 02 (attention with NumPy): the stable softmax, the causal mask of queries
-that come after cached keys (n_q <= n_k), and the padding mask."""
+"""Checks of notebook 02 (attention with NumPy): softmax, causal mask after a cache, padding."""
 
 from collections.abc import Callable, Sequence
 
@@ -39,15 +38,12 @@ _UNSTABLE = np.array(
 def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 02): vectorised, stable softmax over the last axis."""
     name = "softmax"
-    axis_hint = hint(
-        np.exceptions.AxisError,
-        name,
-        "the input may have any number of axes; take the softmax over the last one, axis=-1.",
-    )
+    advice = "the input may have any number of axes; take the softmax over the last one, axis=-1."
+    hints = [hint(np.exceptions.AxisError, name, advice)]
 
     def run(x):
         with np.errstate(all="ignore"):
-            got = as_array(call(softmax_fn, name, x, hints=[axis_hint]), name)
+            got = as_array(call(softmax_fn, name, x, hints=hints), name)
         expect_shape(got, x.shape, name, "an output (the input's shape)")
         return got
 
@@ -80,23 +76,22 @@ def check_softmax(softmax_fn: Callable[[np.ndarray], np.ndarray]) -> None:
         got = run(x)
         if close(got, A.softmax(x)):
             continue
+        shifts = {  # what each mistake subtracts before np.exp
+            "scores near 1000 give NaN/inf (exp overflows) and scores near -1000 give 0 / "
+            "0; subtract the largest score of each row before np.exp.": 0.0,
+            "you subtracted each row's minimum: a row whose scores are far apart (-800 "
+            "... 800) still overflows; subtract each row's maximum, so that every "
+            "exponent is at most 0.": x.min(axis=-1, keepdims=True),
+            "you subtracted each row's mean: a row whose scores are far apart (-800 ... 800) still "
+            "overflows; subtract each row's maximum.": x.mean(axis=-1, keepdims=True),
+            "you subtracted each row's first score: a row whose scores are far apart still "
+            "overflows; subtract each row's maximum.": x[..., :1],
+            "a row far below the others gives 0 / 0; subtract each row's own maximum "
+            "(keepdims=True), not the maximum of the whole array.": x.max(),
+        }
         with np.errstate(all="ignore"):  # these mistakes overflow: that is the point
-            mistakes = {
-                "scores near 1000 give NaN/inf (exp overflows) and scores near -1000 give 0 / "
-                "0; subtract the largest score of each row before np.exp.": normalised(np.exp(x)),
-                "you subtracted each row's minimum: a row whose scores are far apart (-800 "
-                "... 800) still overflows; subtract each row's maximum, so that every "
-                "exponent is at most 0.": normalised(np.exp(x - x.min(axis=-1, keepdims=True))),
-                "you subtracted each row's mean: a row whose scores are far "
-                "apart (-800 ... 800) still overflows; subtract each row's "
-                "maximum.": normalised(np.exp(x - x.mean(axis=-1, keepdims=True))),
-                "you subtracted each row's first score: a row whose scores are far apart still "
-                "overflows; subtract each row's maximum.": normalised(np.exp(x - x[..., :1])),
-                "a row far below the others gives 0 / 0; subtract each "
-                "row's own maximum (keepdims=True), not the maximum "
-                "of the whole array.": normalised(np.exp(x - x.max())),
-            }
-        diagnose(got, name, mistakes, same=same_unstable())
+            mistakes = {message: normalised(np.exp(x - s)) for message, s in shifts.items()}
+        diagnose(got, name, mistakes, same=same_unstable)
         if not np.isfinite(got).all():
             raise CheckFailed(
                 f"{name}: scores of size 1000 or far apart give NaN/inf; "
@@ -131,8 +126,7 @@ def _as_mask(value, where: str, shape: tuple[int, ...], each: str) -> np.ndarray
 
 @exercise
 def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
-    """Exercise (notebook 02): the (n_q, n_k) causal mask of n_q new queries that come after
-    n_k - n_q earlier (cached) keys."""
+    """Exercise (notebook 02): the (n_q, n_k) causal mask of queries after n_k - n_q cached keys."""
     name = "causal_mask"
     # The first case tells the mistakes apart; (4, 4) is the square mask; (1, 6) is one new
     # token after five cached ones (it sees everything); (6, 7): one cached key.
@@ -180,15 +174,14 @@ def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
 def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarray]) -> None:
     """Exercise (notebook 02): padding mask of shape (batch, 1, 1, n_k)."""
     name = "padding_mask"
-    list_hint = hint(
-        TypeError,
-        name,
+    advice = (
         "lengths may arrive as a Python list, which cannot be indexed or compared like an "
-        "array; convert it to an array first.",
+        "array; convert it to an array first."
     )
+    hints = [hint(TypeError, name, advice)]
     for lengths, n_k in (([3, 5, 1], 5), ([0, 2, 4, 1], 4)):
         expected = A.padding_mask(lengths, n_k)
-        got = call(padding_mask_fn, name, list(lengths), n_k, hints=[list_hint])
+        got = call(padding_mask_fn, name, list(lengths), n_k, hints=hints)
         got = _as_mask(got, name, expected.shape, "sequence")
         if got.shape == (len(lengths), n_k):
             raise CheckFailed(

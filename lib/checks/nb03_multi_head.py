@@ -1,5 +1,4 @@
-"""Checks of notebook 03 (multi-head attention): splitting and merging heads for any number
-of leading axes, and the parameter count of a layer whose heads have their own widths."""
+"""Checks of notebook 03 (multi-head attention): splitting and merging heads, parameter count."""
 
 import functools
 import itertools
@@ -10,7 +9,6 @@ import numpy as np
 from ._core import CheckFailed, as_array, call, diagnose, exercise, expect_shape, hint, passed
 
 
-# --------------------------------------------------------------------------- split and merge
 def _leading_hint(name: str, shape: tuple[int, ...], layout: str):
     """An error raised on an input with another number of leading axes: say so."""
     advice = (
@@ -41,8 +39,7 @@ def check_split_heads(split_heads_fn: Callable[[np.ndarray, int], np.ndarray]) -
         name,
         "shapes must be whole numbers, and d_model / n_heads is a float; use integer division.",
     )
-    # One leading axis first (the notebook's case, where the classic mistakes are told
-    # apart), then none, then two.
+    # One leading axis (the notebook's, where the classic mistakes differ), then none, then two.
     for shape, h in (((2, 3, 8), 4), ((3, 5, 6), 2), ((5, 6), 3), ((2, 3, 4, 6), 2)):
         *lead, seq, d_model = shape
         d_k = d_model // h
@@ -54,12 +51,9 @@ def check_split_heads(split_heads_fn: Callable[[np.ndarray, int], np.ndarray]) -
         if np.array_equal(got, expected):
             continue
         where = f"{name} on x of shape {shape}, n_heads={h}"
-        if len(shape) == 3 and np.array_equal(got, reshaped):
-            raise CheckFailed(
-                f"{where}: you split the features into (heads, d_k) but left the heads "
-                "axis behind seq; it must come right before it: (..., heads, seq, d_k)."
-            )
         mistakes = {
+            "you split the features into (heads, d_k) but left the heads axis behind seq; it "
+            "must come right before it: (..., heads, seq, d_k).": reshaped if x.ndim == 3 else None,
             "reshaping straight to (..., heads, seq, d_k) cuts the sequence into "
             "pieces; split the features into (heads, d_k) first, then move the "
             "heads axis in front of seq.": lambda: x.reshape(*lead, h, seq, d_k),
@@ -85,16 +79,14 @@ def check_merge_heads(merge_heads_fn: Callable[[np.ndarray], np.ndarray]) -> Non
         x = np.arange(np.prod(shape), dtype=float).reshape(shape)
         hints = [_leading_hint(name, shape, "(heads, seq, d_k)")]
         got = as_array(call(merge_heads_fn, name, x, hints=hints), name)
-        expected = np.swapaxes(x, -3, -2).reshape(*lead, seq, h * d_k)
+        swapped = np.swapaxes(x, -3, -2)  # (..., seq, heads, d_k)
+        expected = swapped.reshape(*lead, seq, h * d_k)
         if np.array_equal(got, expected):
             continue
         where = f"{name} on x of shape {shape}"
-        if np.array_equal(got, np.swapaxes(x, -3, -2)):
-            raise CheckFailed(
-                f"{where}: the heads axis is in the right place, but (heads, d_k) must still "
-                "become one axis of heads * d_k features: expected shape (..., seq, heads * d_k)."
-            )
         mistakes = {
+            "the heads axis is in the right place, but (heads, d_k) must still become one axis "
+            "of heads * d_k features: expected shape (..., seq, heads * d_k).": swapped,
             "reshaping without moving the heads axis back behind seq mixes tokens together; "
             "swap heads and seq before reshaping.": lambda: x.reshape(*lead, seq, h * d_k),
             "your concat interleaves the heads' features; each head's d_k features must stay "
@@ -113,7 +105,6 @@ def check_merge_heads(merge_heads_fn: Callable[[np.ndarray], np.ndarray]) -> Non
     passed("merge_heads: each token is head 0's d_k numbers, head 1's, ...; 0 to 2 leading axes.")
 
 
-# --------------------------------------------------------------------------- parameter count
 def _count(d, s, h, k, v, bias, w_o=None, biases=None) -> int:
     """Weights (and biases) of a layer reading queries of width d and keys/values of width s,
     with h heads of widths k and v; ``w_o``, ``biases``: other sizes, as mistakes count them."""
@@ -125,8 +116,7 @@ def _count(d, s, h, k, v, bias, w_o=None, biases=None) -> int:
 
 @exercise
 def check_param_count(param_count_fn: Callable[..., int]) -> None:
-    """Exercise (notebook 03): learnable numbers of a multi-head attention layer with its
-    own head widths d_k, d_v and a source of d_source features for the keys and values."""
+    """Exercise (notebook 03): the learnable numbers of a multi-head attention layer."""
     name = "mha_param_count"
     # Shapes where every mistake below gives its own number; the last one is the standard
     # layer (d_source = d_model, d_k = d_v = d_model / heads): 4 d^2 (+ 4 d).
@@ -146,10 +136,9 @@ def check_param_count(param_count_fn: Callable[..., int]) -> None:
             )
         hk, hv = h * k, h * v
         no_b_o = (hk, hk, hv, 0)
-        bias_mistake = {
-            True: "with bias=True each of the four projections also has a bias vector.",
-            False: "with bias=False there are no bias vectors to count.",
-        }[bias]
+        bias_mistake = "with bias=True each of the four projections also has a bias vector."
+        if not bias:
+            bias_mistake = "with bias=False there are no bias vectors to count."
         mistakes = {
             "W_k and W_v multiply rows of the source sequence, which have d_source "
             "features, not d_model: their shapes are (d_source, ...).": count(s=d),

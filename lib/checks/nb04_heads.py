@@ -13,8 +13,7 @@ def _answers(fn, name: str, cases, shape, what: str):
     """For each case's causal attention weights (batch, heads, n, n), with some exact zeros
     and a one-hot row: (the weights, the answer on them, checked to be of ``shape(w)``)."""
     for seed, batch, heads, n in cases:
-        rng = np.random.default_rng(seed)
-        scores = rng.normal(scale=2.0, size=(batch, heads, n, n))
+        scores = np.random.default_rng(seed).normal(scale=2.0, size=(batch, heads, n, n))
         w = A.softmax(np.where(A.causal_mask(n), scores, -np.inf))
         w[0, 0, 2] = np.eye(n)[1]  # a one-hot row
         got = as_array(call(fn, name, w), name)

@@ -1,7 +1,7 @@
-"""Checks of notebook 05 (training heads): the softmax backward pass, the gradient of the
-cross-entropy and one Adam step (the head-count sweep's checks are in ``nb05_sweep``)."""
+"""Checks of notebook 05 (training heads); the head-count sweep's checks are in ``nb05_sweep``."""
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -86,16 +86,13 @@ def check_cross_entropy_grad(grad_fn: Callable[[np.ndarray, np.ndarray], np.ndar
         def grad_from(p):
             return (p - onehot) * keep / count
 
-        def softmax_shifted_by(shift):
-            e = np.exp(logits - shift)
-            return e / e.sum(axis=-1, keepdims=True)
-
         per_sequence = np.maximum(scored.sum(axis=-1), 1)[:, None, None] * len(targets)
         log_softmax = logits - logits.max(axis=-1, keepdims=True)
         log_softmax -= np.log(np.exp(log_softmax).sum(axis=-1, keepdims=True))
         summed = expected * count
         unscored, by_all = (probs - onehot) / count, summed / scored.size
         with np.errstate(all="ignore"):  # the softmax that is not stabilised overflows
+            e, e_min = np.exp(logits), np.exp(logits - logits.min(-1, keepdims=True))
             mistakes = {
                 "the loss is a mean over the scored answers, so divide by their count.": summed,
                 "divide by the number of *scored* answers, not by all positions.": by_all,
@@ -111,10 +108,10 @@ def check_cross_entropy_grad(grad_fn: Callable[[np.ndarray, np.ndarray], np.ndar
                 "the sign is flipped: it is softmax minus one-hot.": -expected,
                 "your softmax overflows on logits of several hundred (exp(900) "
                 "is inf, so you get NaN); subtract each row's largest "
-                "logit before np.exp.": grad_from(softmax_shifted_by(0)),
+                "logit before np.exp.": grad_from(e / e.sum(axis=-1, keepdims=True)),
                 "you shifted the logits by each row's minimum, which still "
                 "overflows when they are far apart; subtract each row's "
-                "maximum.": grad_from(softmax_shifted_by(logits.min(-1, keepdims=True))),
+                "maximum.": grad_from(e_min / e_min.sum(axis=-1, keepdims=True)),
                 "your softmax runs over the positions (axis -2); take it over the "
                 "classes, the last axis.": grad_from(A.softmax(logits, axis=-2)),
                 "your softmax runs over the batch (axis 0); take it over the "
@@ -122,7 +119,7 @@ def check_cross_entropy_grad(grad_fn: Callable[[np.ndarray, np.ndarray], np.ndar
                 "you used the log-softmax; the gradient takes the softmax itself "
                 "(probabilities) minus the one-hot.": grad_from(log_softmax),
             }
-        diagnose(got, name, mistakes, same=same_unstable(1e-9))
+        diagnose(got, name, mistakes, same=partial(same_unstable, tol=1e-9))
         if not np.isfinite(got).all():
             raise CheckFailed(
                 f"{name}: NaN or inf in the gradient for logits of several "
@@ -196,23 +193,19 @@ def check_adam_step(adam_step_fn: Callable) -> None:
             )
         if close(got_p, new_p, 1e-10):
             continue
-
-        def step(m_hat, root_v):
-            return param - lr * m_hat / (root_v + eps)
-
-        def corrected(t):  # the step with the bias correction of step t
-            return step(new_m / (1 - b1**t), np.sqrt(new_v / (1 - b2**t))) if t > 0 else None
-
+        as_step = partial(_adam_reference, param, grad, m, v)  # this update as step s
+        earlier, later = (as_step(s, *_HYPER)[0] if s > 0 else None for s in (t - 1, t + 1))
         eps_inside = param - lr * m_hat / np.sqrt(v_hat + eps)
+        by_v_hat = param - lr * m_hat / (v_hat + eps)
         mistakes = {
             "the bias correction is missing: divide m by (1 - beta1**t) and v "
-            "by (1 - beta2**t) before the update.": step(new_m, np.sqrt(new_v)),
+            "by (1 - beta2**t) before the update.": param - lr * new_m / (np.sqrt(new_v) + eps),
             "the parameter moved uphill; subtract the step.": 2 * param - new_p,
-            "divide by the square root of v_hat, not by v_hat.": step(m_hat, v_hat),
+            "divide by the square root of v_hat, not by v_hat.": by_v_hat,
             "eps goes outside the square root: sqrt(v_hat) + eps.": eps_inside,
             "the bias correction uses the wrong t; t counts "
-            "steps from 1, and this step is t.": corrected(t - 1),
-            "the bias correction uses t + 1; this step is t (counted from 1).": corrected(t + 1),
+            "steps from 1, and this step is t.": earlier,
+            "the bias correction uses t + 1; this step is t (counted from 1).": later,
         }
         diagnose(got_p, name, mistakes, tol=1e-10)
         raise CheckFailed(f"{name}: the new param is wrong at step t={t}.")

@@ -1,6 +1,5 @@
-"""Checks of notebook 06 (pruning heads): ablation drops, gradient importance, the Spearman
-rank correlation, iterative pruning and the lookup each head does, on small models trained
-here with different numbers of heads (so that no shape can be hard-coded)."""
+"""Checks of notebook 06 (pruning heads), on small models trained here with different numbers
+of heads (so that no shape can be hard-coded)."""
 
 import copy
 import functools
@@ -17,20 +16,15 @@ from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expec
 def _trained(n_heads: int, d_model: int, seed: int):
     """A briefly trained tiny model (trained once per process) and its evaluation data."""
     rng = np.random.default_rng(seed)
-    task = dict(seq_len=8, vocab_size=5, offsets=(1, 3))
     model = tiny.init_tiny_model(5, 8, d_model, n_heads, 5, rng, n_slots=2)
-    data = tiny.copy_offsets_task(64, rng=np.random.default_rng(seed * 10), **task)
-
-    def batch(r):
-        return tiny.copy_offsets_task(32, rng=r, **task)
-
+    data = tiny.copy_offsets_task(64, 8, 5, (1, 3), np.random.default_rng(seed * 10))
+    batch = functools.partial(tiny.copy_offsets_task, 32, 8, 5, (1, 3))
     tiny.train(model, batch, data, 40, rng, lr=0.02, eval_every=40)
     return model, data
 
 
 def _per_head_answer(fn, name: str, what: str):
-    """(answer, model, ids, targets) of two trained models (4 heads, then 2); the student's
-    ``fn(model, ids, targets)`` gets a copy of the model, one number per head expected."""
+    """(answer, model, ids, targets) of two trained models; ``fn`` gets a copy of each."""
     for spec in ((4, 16, 6), (2, 12, 9)):
         model, (ids, targets) = _trained(*spec)
         got = as_array(call(fn, name, copy.deepcopy(model), ids, targets), name)
@@ -104,12 +98,11 @@ def check_gradient_importance(importance_fn: Callable) -> None:
 def check_spearman(spearman_fn: Callable) -> None:
     """Exercise (notebook 06): Spearman rank correlation of two 1-D arrays, ties averaged."""
     name = "spearman"
-    cases = [
+    for a, b in (
         (np.array([0.30, 0.02, 0.11, 0.0, 0.0, 0.25]), np.array([0.9, 0.1, 0.7, 0.2, 0.3, 0.4])),
         (np.array([1.0, 2.0, 3.0, 4.0]), np.array([10.0, 20.0, 30.0, 1000.0])),
         (np.array([3.0, 1.0, 2.0]), np.array([1.0, 3.0, 2.0])),
-    ]
-    for a, b in cases:
+    ):
         got = call(spearman_fn, name, a, b)
         try:
             got = float(got)
@@ -120,7 +113,6 @@ def check_spearman(spearman_fn: Callable) -> None:
         expected = pruning.spearman(a, b)
         if abs(got - expected) < 1e-9:
             continue
-
         pearson = np.corrcoef(a, b)[0, 1]
         untied = [np.argsort(np.argsort(x, kind="stable"), kind="stable") for x in (a, b)]
         mistakes = {
@@ -138,7 +130,6 @@ def check_spearman(spearman_fn: Callable) -> None:
     passed("spearman: Pearson correlation of the ranks, ties averaged.")
 
 
-# --------------------------------------------------------------------------- pruning
 def _removed_list(got, name: str, n_heads: int) -> list[int]:
     """The answer as a list of head indices, or a sentence saying why it is not one."""
     if isinstance(got, np.ndarray):
@@ -176,9 +167,8 @@ def check_prune_heads(prune_fn: Callable) -> None:
         model, data = _trained(n_heads, d_model, seed)
         got = call(prune_fn, name, copy.deepcopy(model), (data[0].copy(), data[1].copy()), max_drop)
         removed = _removed_list(got, name, n_heads)
-        steps = pruning.prune_iteratively(model, data, "ablation", max_drop)
-        kept = set(np.flatnonzero(steps[-1].head_mask).tolist())
-        if len(removed) < n_heads - 1 and set(removed) == kept:
+        kept = pruning.prune_iteratively(model, data, "ablation", max_drop)[-1].head_mask
+        if len(removed) < n_heads - 1 and set(removed) == set(np.flatnonzero(kept).tolist()):
             raise CheckFailed(
                 f"{name}: those are the heads that survive; return the ones removed, in the "
                 "order removed."
@@ -195,9 +185,7 @@ def _replay(name, model, data, removed, max_drop) -> None:
 
     def cost(head):
         """How far below the unpruned accuracy removing ``head`` next takes the model."""
-        trial = mask.copy()
-        trial[head] = 0.0
-        return start - tiny.accuracy(model, *data, trial)
+        return start - tiny.accuracy(model, *data, np.where(np.arange(mask.size) == head, 0, mask))
 
     for step, head in enumerate(removed, 1):
         alive = np.flatnonzero(mask)  # _removed_list let no head through twice
@@ -239,8 +227,7 @@ def _replay(name, model, data, removed, max_drop) -> None:
     weakest = int(alive[np.argmin(drops[alive])])
     if cost(weakest) > max_drop + 1e-12:
         return
-    # Pruning stopped although the least important head could go: say why, when the reason
-    # is a known one.
+    # Pruning stopped although the least important head could go: say why, if a known reason.
     ranked = [h for h in first_order if mask[h]][0]
     if drops[ranked] > drops[alive].min() + 1e-12 and cost(ranked) > max_drop:
         raise CheckFailed(
@@ -265,7 +252,6 @@ def _replay(name, model, data, removed, max_drop) -> None:
     )
 
 
-# --------------------------------------------------------------------------- head roles
 def _pattern_weights(batch: int, n: int, heads) -> np.ndarray:
     """Causal attention weights (batch, heads, n, n): for each (o, share) a head lists, that
     share of each query's weight on the key o back, the rest spread (with noise) over the others."""
@@ -278,11 +264,8 @@ def _pattern_weights(batch: int, n: int, heads) -> np.ndarray:
                 for o, share in pattern:
                     if i - o >= 0:
                         row[i - o] += share
-                rest = [j for j in range(i + 1) if row[j] == 0]
-                if rest:
-                    row[rest] += rng.dirichlet(np.full(len(rest), 50.0)) * (1.0 - row.sum())
-                else:
-                    row[: i + 1] /= row[: i + 1].sum()
+                rest = [j for j in range(i + 1) if row[j] == 0]  # key i at least (o >= 1)
+                row[rest] += rng.dirichlet(np.full(len(rest), 50.0)) * (1.0 - row.sum())
     return w
 
 
@@ -298,11 +281,10 @@ def check_head_roles(roles_fn: Callable) -> None:
         [],  # spread evenly
         [(2, 0.6)],  # two back, less sharply
     ]
-    cases = (  # (weights, offsets, threshold); offsets out of order in the second
+    for w, offsets, threshold in (  # offsets out of order in the second
         (_pattern_weights(2, 8, heads), (1, 2, 3), 0.5),
         (_pattern_weights(3, 6, [[(2, 0.7)], [(1, 0.55)], [], [(1, 0.95)]]), (2, 1), 0.6),
-    )
-    for w, offsets, threshold in cases:
+    ):
         got = as_array(call(roles_fn, name, w, tuple(offsets), threshold), name)
         heads, n = w.shape[1], w.shape[-1]
         expect_shape(got, (heads,), name, "one role per head")

@@ -1,6 +1,5 @@
-"""Checks of notebook 07 (real pretrained heads): the head-type score, finding the head for
-any offset, and the coreference probe, on small synthetic attention stacks with padding
-(no model needed) built so that each realistic mistake gives its own answer."""
+"""Checks of notebook 07 (real pretrained heads), on small synthetic attention stacks with
+padding (no model needed), built so that each realistic mistake gives its own answer."""
 
 from collections.abc import Callable
 
@@ -28,9 +27,8 @@ def _padded_weights(seed, lead, lengths, heads, scale=1.5, planted=None):
     n = max(lengths)
     mask = A.padding_mask(np.asarray(lengths), n)[:, 0, 0, :]
     scores = rng.normal(scale=scale, size=lead + (len(lengths), heads, n, n))
-    i = np.arange(n)
     for offset, (layer, head) in (planted or {}).items():
-        scores[layer, :, head] += 6.0 * (i[None, :] == i[:, None] + offset)
+        scores[layer, :, head] += 6.0 * np.eye(n, k=offset)  # query i looks at key i + offset
     return A.softmax(np.where(mask[:, None, None, :], scores, -np.inf)), mask
 
 
@@ -38,6 +36,13 @@ _PER_SENTENCE = (
     "you averaged within each sentence first, so a short sentence counts as "
     "much as a long one; average over all chosen (sentence, query) pairs at once."
 )
+
+
+def _per_sentence(w, targets, queries) -> np.ndarray:
+    """The target score of each head averaged within each sentence first (the mistake)."""
+    on = (w * targets[:, None]).sum(axis=-1)  # (..., batch, heads, n_q)
+    mean = (on * queries[:, None]).sum(axis=-1) / np.maximum(queries.sum(axis=-1), 1)[:, None]
+    return mean[..., queries.any(axis=-1), :].mean(axis=-2)
 
 
 @exercise
@@ -55,14 +60,13 @@ def check_target_score(score_fn: Callable[[np.ndarray, np.ndarray, np.ndarray], 
                 continue
             on_target = (w * targets[:, None]).sum(axis=-1)  # (batch, heads, n_q)
             qb = queries[:, None, :]
-            per_sentence = (on_target * qb).sum(axis=-1) / np.maximum(qb.sum(axis=-1), 1)
             read_columns = (np.swapaxes(w, -1, -2) * targets[:, None]).sum(axis=-1)
             mistakes = {
                 "you averaged over every query position, padding and queries without a target "
                 "included; average only where `queries` is True.": on_target.mean(axis=(0, 2)),
                 "you summed the weights over the queries; divide by the number of chosen "
                 "queries to get a mean in [0, 1].": (on_target * qb).sum(axis=(0, 2)),
-                _PER_SENTENCE: per_sentence[queries.any(axis=1)].mean(axis=0),
+                _PER_SENTENCE: _per_sentence(w, targets, queries),
                 "you read the weights column-wise; weights[b, h, i, j] is "
                 "what query i gives key j, so sum over the last axis (the "
                 "keys).": (read_columns * qb).sum(axis=(0, 2)) / queries.sum(),
@@ -75,7 +79,9 @@ def check_target_score(score_fn: Callable[[np.ndarray, np.ndarray, np.ndarray], 
     passed("target_score: mean weight on the targets over exactly the chosen queries, per head.")
 
 
-def _best(scores: np.ndarray) -> tuple[int, int, float]:
+def _top(w, targets, queries, score=HT.target_score) -> tuple[int, int, float]:
+    """The (layer, head, score) of the head with the highest ``score``."""
+    scores = score(w, targets, queries)
     layer, head = np.unravel_index(np.argmax(scores), scores.shape)
     return int(layer), int(head), float(scores[layer, head])
 
@@ -122,51 +128,40 @@ def check_find_offset_head(find_fn: Callable[[np.ndarray, np.ndarray, int], tupl
     """Exercise (notebook 07): the (layer, head, score) of the head that puts the most weight on
     key i + offset, over the queries that have such a key among their sentence's real tokens."""
     name = "find_offset_head"
-    cases = (
+    for seed, planted, layers, heads, lengths, offsets in (
         (71, {-1: (2, 1), 1: (0, 3), -2: (1, 2), 2: (2, 0)}, 3, 4, [7, 4, 6], (-1, 2)),
         (72, {-1: (1, 4), 1: (0, 2), -2: (0, 0), 2: (1, 1)}, 2, 5, [5, 6, 8, 3], (1, -2)),
-    )
-    for seed, planted, layers, heads, lengths, offsets in cases:
+    ):
         w, mask = _padded_weights(seed, (layers,), lengths, heads, 1.0, planted)
         n = mask.shape[1]
         i = np.arange(n)
         pair = mask[:, :, None] & mask[:, None, :]  # (batch, n_q, n_k): both real
 
-        def best_of(targets, queries):
-            return _best(HT.target_score(w, targets, queries))
-
         for offset in offsets:
             got = _read_head_answer(name, call(find_fn, name, w, mask, offset))
             targets, queries = HT.offset_masks(mask, offset)
-            want = layer, head, score = best_of(targets, queries)
+            want = layer, head, score = _top(w, targets, queries)
             if got[:2] == want[:2] and close(got[2], score):
                 continue
             wrapped = pair & (i[None, None, :] == (i[None, :, None] + offset) % n)
             inside = mask & (i + offset >= 0) & (i + offset < n)  # padding not checked
-
-            def per_sentence(targets=targets):
-                on = (w * targets[:, None]).sum(axis=-1)  # (layers, batch, heads, n_q)
-                q = targets.any(axis=-1)  # (batch, n_q)
-                mean = (on * q[:, None]).sum(axis=-1) / np.maximum(q.sum(axis=-1), 1)[:, None]
-                return _best(mean[:, q.any(axis=-1)].mean(axis=1))
-
             mistakes = {
                 f"you found the head for offset {-offset:+d}: the target "
                 "of query i is key i + offset (offset -1 is the previous "
-                "token).": lambda: best_of(*HT.offset_masks(mask, -offset)),
+                "token).": lambda: _top(w, *HT.offset_masks(mask, -offset)),
                 "you returned (head, layer, ...); the layer comes first, as "
                 "in attentions[layer, batch, head].": (head, layer, score),
                 "indices start at 0 in NumPy; you counted from 1.": (layer + 1, head + 1, score),
-                _WRAPPED: lambda: best_of(wrapped, mask),
+                _WRAPPED: lambda: _top(w, wrapped, mask),
             }
             diagnose(got, name, mistakes)
             mistakes = {  # the same wrapped targets, only the queries that have one chosen
-                _WRAPPED: lambda: best_of(wrapped, wrapped.any(axis=-1)),
+                _WRAPPED: lambda: _top(w, wrapped, wrapped.any(axis=-1)),
                 "you averaged over every real query, counting those without a key i + offset "
-                "as 0; average only over queries that have one.": lambda: best_of(targets, mask),
+                "as 0; average only over queries that have one.": lambda: _top(w, targets, mask),
                 "near the end of a short sentence, key i + offset is padding: such a query has "
-                "no target, so leave it out of the average.": lambda: best_of(targets, inside),
-                _PER_SENTENCE: per_sentence,
+                "no target, so leave it out of the average.": lambda: _top(w, targets, inside),
+                _PER_SENTENCE: lambda: _top(w, targets, targets.any(axis=-1), _per_sentence),
             }
             diagnose(got, name, mistakes)
             if got[:2] == want[:2]:

@@ -1,6 +1,5 @@
-"""Checks of notebook 08 (from NumPy to PyTorch): our masks as torch's ``attn_mask``, a torch
-layer's weights as our MHAParams, and ``nn.MultiheadAttention`` run so that it answers as lib
-does. torch is imported inside the checks only, so that importing lib.checks stays fast."""
+"""Checks of notebook 08 (from NumPy to PyTorch). torch is imported inside the checks only, so
+that importing lib.checks stays fast."""
 
 from collections.abc import Callable
 
@@ -24,10 +23,7 @@ from ._core import (
 
 def _to_numpy(value, name: str, what: str) -> np.ndarray:
     """A tensor (detached) or anything array-like as a NumPy array."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
+    value = value.detach().cpu().numpy() if hasattr(value, "detach") else value
     return as_array(value, name, what)
 
 
@@ -41,7 +37,6 @@ def _torch_rows(mask: np.ndarray, n_heads: int, head_major: bool = False) -> np.
     return blocked.reshape(b * n_heads, n_q, n_k)
 
 
-# --------------------------------------------------------------------------- exercise 1
 def mask_cases() -> list[tuple[np.ndarray, int]]:
     """(mask, n_heads) that check_torch_mask tries: masks shared by the heads, or per head."""
     rng = np.random.default_rng(8)
@@ -53,8 +48,7 @@ def mask_cases() -> list[tuple[np.ndarray, int]]:
 
 @exercise
 def check_torch_mask(to_torch_mask_fn: Callable) -> None:
-    """Exercise (notebook 08): our mask (batch, 1 or n_heads, n_q, n_k) as the boolean
-    ``attn_mask`` of ``nn.MultiheadAttention`` (see :func:`_torch_rows`)."""
+    """Exercise (notebook 08): our mask as the boolean ``attn_mask`` of nn.MultiheadAttention."""
     import torch
 
     name = "to_torch_mask"
@@ -85,13 +79,12 @@ def check_torch_mask(to_torch_mask_fn: Callable) -> None:
             )
         expect_shape(arr, want.shape, name, "a mask (batch * n_heads, n_q, n_k)")
         if got.dtype != torch.bool:
-            if got.dtype.is_floating_point and np.array_equal(np.isneginf(arr), want):
-                if np.all(arr[~want] == 0):
-                    raise CheckFailed(
-                        f"{name}: that is a valid additive float mask (0 / -inf), but this "
-                        "exercise asks for torch's boolean form: return a tensor of dtype "
-                        "torch.bool."
-                    )
+            additive = got.dtype.is_floating_point and np.array_equal(np.isneginf(arr), want)
+            if additive and np.all(arr[~want] == 0):
+                raise CheckFailed(
+                    f"{name}: that is a valid additive float mask (0 / -inf), but this exercise "
+                    "asks for torch's boolean form: return a tensor of dtype torch.bool."
+                )
             raise CheckFailed(
                 f"{name}: return a boolean tensor (dtype torch.bool), got {got.dtype}; a float "
                 "attn_mask is added to the scores, so 0/1 values would not block anything."
@@ -118,7 +111,6 @@ def check_torch_mask(to_torch_mask_fn: Callable) -> None:
     passed("to_torch_mask: one inverted (n_q, n_k) mask per sequence and head, in torch's order.")
 
 
-# --------------------------------------------------------------------------- exercise 2
 def torch_layers() -> list:
     """The nn.MultiheadAttention layers check_from_torch reads: initialised by torch (from a
     fixed seed, without touching the caller's random state), biases made non-zero."""
@@ -126,24 +118,22 @@ def torch_layers() -> list:
     from torch import nn
 
     layers = []
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(), torch.no_grad():
         torch.manual_seed(80)
         for d_model, n_heads, bias in ((8, 2, True), (8, 2, False), (6, 3, True)):
             m = nn.MultiheadAttention(
                 d_model, n_heads, bias=bias, batch_first=True, dtype=torch.float64
             )
             if bias:  # torch starts them at 0, which would hide a bias left out
-                with torch.no_grad():
-                    m.in_proj_bias.normal_(0.0, 0.1)
-                    m.out_proj.bias.normal_(0.0, 0.1)
+                m.in_proj_bias.normal_(0.0, 0.1)
+                m.out_proj.bias.normal_(0.0, 0.1)
             layers.append(m.eval())
     return layers
 
 
 @exercise
 def check_from_torch(from_torch_fn: Callable) -> None:
-    """Exercise (notebook 08): an nn.MultiheadAttention's weights as our MHAParams (W_q, W_k,
-    W_v, W_o of shape (d_in, d_out), biases when the layer has them, its head count)."""
+    """Exercise (notebook 08): an nn.MultiheadAttention's weights as our MHAParams."""
     name = "from_torch"
     for module in torch_layers():
         d = module.embed_dim
@@ -158,9 +148,8 @@ def check_from_torch(from_torch_fn: Callable) -> None:
                 )
             raise CheckFailed(f"{name}: return an A.MHAParams, got {describe(got)}.")
         if got.n_heads != module.num_heads:
-            head_size = " (that is the size of one head, d_model // n_heads)" * (
-                got.n_heads == d // module.num_heads
-            )
+            one_head = got.n_heads == d // module.num_heads
+            head_size = " (that is the size of one head, d_model // n_heads)" * one_head
             raise CheckFailed(
                 f"{name}: n_heads={got.n_heads}{head_size}; the layer has "
                 f"num_heads={module.num_heads} heads."
@@ -194,11 +183,8 @@ def check_from_torch(from_torch_fn: Callable) -> None:
                 "give the first d_model outputs of x @ in_proj_weight.T, and so on."
             )
         if not close(got.W_o, want.W_o):
-            if close(got.W_o, module.out_proj.weight.detach().numpy()):
-                raise CheckFailed(
-                    f"{name}: W_o is out_proj.weight transposed: "
-                    "nn.Linear stores (d_out, d_in) too."
-                )
+            transposed = "W_o is out_proj.weight transposed: nn.Linear stores (d_out, d_in) too."
+            diagnose(got.W_o, name, {transposed: module.out_proj.weight.detach().numpy()})
             raise CheckFailed(f"{name}: W_o has wrong values; it comes from out_proj.weight.")
         if not want.has_bias:
             continue
@@ -219,24 +205,20 @@ def check_from_torch(from_torch_fn: Callable) -> None:
     passed("from_torch: every weight transposed back to (d_in, d_out); biases and head count read.")
 
 
-# --------------------------------------------------------------------------- exercise 3
 def attention_cases() -> list:
-    """(params, x_q, x_kv, mask) for check_torch_attention; every mask leaves some queries
-    with nothing to attend to."""
+    """(params, x_q, x_kv, mask) for check_torch_attention, each with queries that see no key."""
     rng = np.random.default_rng(81)
-    params1 = A.init_mha_params(8, 2, rng, bias=True)
+    params = A.init_mha_params(8, 2, rng, bias=True)
     x_q, x_kv = rng.normal(size=(2, 3, 8)), rng.normal(size=(2, 5, 8))
-    mask1 = rng.random((2, 1, 3, 5)) < 0.6  # (batch, 1, n_q, n_k)
-    mask1[0, 0, 1] = False  # sequence 0, query 1: no key at all
-    mask1[1, 0, 2] = True
-    params2 = A.init_mha_params(6, 3, rng, bias=False)
-    x = rng.normal(size=(3, 4, 6))
-    # sequence 1 has no real token: none of its queries sees a key
-    mask2 = A.causal_mask(4) & A.padding_mask([4, 0, 2], 4)  # (3, 1, 4, 4)
-    params3 = A.init_mha_params(6, 3, rng, bias=True)
-    x3 = rng.normal(size=(2, 4, 6))
-    mask3 = A.causal_mask(4) & A.padding_mask([4, 0], 4)
-    return [(params1, x_q, x_kv, mask1), (params2, x, x, mask2), (params3, x3, x3, mask3)]
+    mask = rng.random((2, 1, 3, 5)) < 0.6  # (batch, 1, n_q, n_k)
+    mask[0, 0, 1] = False  # sequence 0, query 1: no key at all
+    mask[1, 0, 2] = True
+    cases = [(params, x_q, x_kv, mask)]
+    for lengths, bias in (([4, 0, 2], False), ([4, 0], True)):  # sequence 1: no real token
+        params = A.init_mha_params(6, 3, rng, bias=bias)
+        x = rng.normal(size=(len(lengths), 4, 6))
+        cases.append((params, x, x, A.causal_mask(4) & A.padding_mask(lengths, 4)))
+    return cases
 
 
 @exercise
@@ -283,10 +265,8 @@ def check_torch_attention(attention_fn: Callable) -> None:
             )
         ok = ~empty
         if not (close(out[ok], want_out[ok]) and close(w_rows[ok], want_rows[ok])):
-            # the mask every query can use (a fully masked query may see every key), its
-            # rows head by head instead of sequence by sequence
-            usable = mask | empty[:, None, :, None]
-            blocked = _torch_rows(usable, params.n_heads, head_major=True)
+            # a mask every query can use (an empty one sees all), rows head by head: the mistake
+            blocked = _torch_rows(mask | empty[:, None, :, None], params.n_heads, head_major=True)
             with torch.no_grad():
                 tq, tkv = torch.from_numpy(x_q), torch.from_numpy(x_kv)
                 wrong = module(tq, tkv, tkv, attn_mask=torch.from_numpy(blocked))[0].numpy()

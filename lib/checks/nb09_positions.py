@@ -1,5 +1,4 @@
-"""Checks of notebook 09 (positions): the sinusoidal table's shift matrix, RoPE's scores with
-the interleaved layout, and ALiBi's bias when the queries are the last positions."""
+"""Checks of notebook 09 (positions): the sinusoidal shift matrix, RoPE's scores, ALiBi's bias."""
 
 import functools
 import math
@@ -12,7 +11,6 @@ from .. import positions as POS
 from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expect_shape, passed
 
 
-# --------------------------------------------------------------------------- sinusoidal shift
 def _shift(k, d, base, *, two=True, sign=-1.0, layout="interleaved", cos_sin=True, freq=True):
     """A shift matrix built the right way (defaults) or with one realistic mistake."""
     i = np.arange(d // 2)
@@ -32,9 +30,8 @@ def check_sinusoidal_shift(shift_fn: Callable[[int, int, float], np.ndarray]) ->
     """Exercise (notebook 09): the matrix R_k with PE[p + k] = PE[p] @ R_k for every p."""
     name = "sinusoidal_shift"
     refuse = (("lib.positions", "sinusoidal_shift", "POS.sinusoidal_shift"),)
-    # The last case, d_model = 64: its slowest pairs turn by 10000^(-62/64), about 1.3e-4
-    # radians per position, too slowly for a least-squares fit on a table of a few
-    # thousand positions to pin them down (the exercise asks for the closed form).
+    # With d_model = 64 the slowest pairs turn by 10000^(-62/64) radians a position, too slowly
+    # for a least-squares fit on a table to pin them down: the exercise wants the closed form.
     for k, d, base in ((3, 8, 10000.0), (5, 6, 100.0), (-2, 4, 10.0), (3, 64, 10000.0)):
         got = as_array(call(shift_fn, name, k, d, base, refuse=refuse), name)
         expect_shape(got, (d, d), name, "a (d_model, d_model) matrix")
@@ -83,18 +80,12 @@ def check_sinusoidal_shift(shift_fn: Callable[[int, int, float], np.ndarray]) ->
     passed("sinusoidal_shift: a turn by k w_i of each (sin, cos) pair; PE[p] @ R_k = PE[p + k].")
 
 
-# --------------------------------------------------------------------------- RoPE scores
-def _turn(x, base, layout="interleaved", start=0, direction=1.0, two=True):
-    """x (..., n, d_k) turned as RoPE does, or with one realistic mistake."""
+def _turn(x, base, start=0, direction=1.0, **mistake):
+    """x (..., n, d_k) turned as RoPE does, or with one realistic mistake: the row at position
+    p is turned by p steps, which is what the shift matrix by -p does to a row."""
     n, d = x.shape[-2:]
-    i = np.arange(d // 2)
-    angles = (np.arange(n) + start)[:, None] * base ** (-(2 * i if two else i) / d)[None, :]
-    c, s = np.cos(angles), direction * np.sin(angles)
-    first, second = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + d // 2)
-    out = np.empty_like(x)
-    out[..., first] = x[..., first] * c - x[..., second] * s
-    out[..., second] = x[..., second] * c + x[..., first] * s
-    return out
+    turns = [_shift(-direction * (p + start), d, base, **mistake) for p in range(n)]
+    return np.einsum("...pi,pij->...pj", x, np.stack(turns))
 
 
 def _scores(q, k):
@@ -118,7 +109,7 @@ def check_rope_scores(scores_fn: Callable[[np.ndarray, np.ndarray, float], np.nd
         expected = _scores(turned_q, turned_k)
         if close(got, expected, 1e-9):
             continue
-        half_q, half_k = _turn(q, base, "half"), _turn(k, base, "half")
+        half_q, half_k = _turn(q, base, layout="half"), _turn(k, base, layout="half")
         at = f"(q and k of shape {q.shape}, base={base:g})"
         unscaled = expected * math.sqrt(shape[-1])
 
@@ -160,14 +151,12 @@ def check_rope_scores(scores_fn: Callable[[np.ndarray, np.ndarray, float], np.nd
     passed("rope_scores: q and k turned pair by pair (2i, 2i+1); the scores match lib's.")
 
 
-# --------------------------------------------------------------------------- ALiBi bias
 def _bias(n_q, n_k, slopes, *, offset=True, plus=0, absolute=True, reverse=False):
     """ALiBi's bias (heads, n_q, n_k), or one realistic mistake."""
     slopes = np.asarray(slopes, dtype=float)[::-1] if reverse else np.asarray(slopes, float)
     i = np.arange(n_q) + (n_k - n_q if offset else 0)
-    d = i[:, None] - np.arange(n_k)[None, :]
-    d = np.abs(d) if absolute else d
-    return -slopes[:, None, None] * (d + plus)[None]
+    d = i[:, None] - np.arange(n_k)[None, :]  # query position - key position
+    return -slopes[:, None, None] * ((np.abs(d) if absolute else d) + plus)[None]
 
 
 @exercise
@@ -213,9 +202,8 @@ def check_alibi_bias(bias_fn: Callable[[int, int, np.ndarray], np.ndarray]) -> N
         mistakes = {message: wrong[seen] for message, wrong in mistakes.items()}
         diagnose(got[seen], name, mistakes, tol=1e-12)
         rows = np.where(seen, got - expected, np.nan)  # the entries compared, row by row
-        if np.isfinite(got[seen]).all() and np.all(
-            np.nanmax(rows, -1) - np.nanmin(rows, -1) < 1e-9
-        ):
+        spread = np.nanmax(rows, -1) - np.nanmin(rows, -1)
+        if np.isfinite(got[seen]).all() and np.all(spread < 1e-9):
             raise CheckFailed(
                 f"{name}: your bias differs from ALiBi's by a constant on each query row {at}: "
                 "the softmax would not notice, but this exercise asks for 0 on the query itself "

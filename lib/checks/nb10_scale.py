@@ -1,5 +1,4 @@
-"""Checks of notebook 10 (attention at scale): one step of the online softmax, one decoding
-step with a KV cache, and attention with grouped key/value heads."""
+"""Checks of notebook 10 (attention at scale): online softmax, KV-cache decoding, grouped heads."""
 
 import functools
 import math
@@ -20,23 +19,6 @@ from ._core import (
     expect_tuple,
     passed,
 )
-
-
-# --------------------------------------------------------------------------- online softmax
-def _online_states(rows: int, b: int, d_v: int, seed: int):
-    """(m, l, acc, scores, v) of three key blocks in turn: from the start (m = -inf), a maximum
-    that grows, a row masked in every block so far (m still -inf) and one masked in this one."""
-    rng = np.random.default_rng(seed)
-    blocks = [rng.normal(scale=2.0, size=(rows, b)) for _ in range(3)]
-    blocks[0][0] = -np.inf  # row 0 sees nothing in block 1 ...
-    blocks[1][1] += 6.0  # row 1's maximum grows a lot in block 2
-    blocks[1][2] -= 6.0  # row 2's does not
-    blocks[2][rows - 1] = -np.inf  # the last row sees nothing in block 3
-    values = [rng.normal(size=(b, d_v)) for _ in range(3)]
-    m, l, acc = np.full(rows, -np.inf), np.zeros(rows), np.zeros((rows, d_v))
-    for s, v in zip(blocks, values, strict=True):
-        yield m, l, acc, s, v
-        m, l, acc = BW.online_softmax_update(m, l, acc, s, v)
 
 
 def _wrong_update(m, l, acc, s, v, mistake: str):
@@ -79,11 +61,20 @@ def _same_update(got, wrong) -> bool:
 
 @exercise
 def check_online_softmax_update(update_fn: Callable) -> None:
-    """Exercise (notebook 10): one key block of the online softmax for a block of rows:
-    (m, l, acc, scores, v) -> the new (m, l, acc)."""
+    """Exercise (notebook 10): one key block of the online softmax -> the new (m, l, acc)."""
     name = "online_softmax_update"
     for rows, b, d_v, seed in ((4, 5, 3, 10), (6, 3, 2, 11)):
-        for step, (m, l, acc, s, v) in enumerate(_online_states(rows, b, d_v, seed), start=1):
+        # Key blocks from the start (m = -inf), with a maximum that grows, a row masked in every
+        # block so far (m still -inf) and one masked in this block.
+        rng = np.random.default_rng(seed)
+        blocks = [rng.normal(scale=2.0, size=(rows, b)) for _ in range(3)]
+        blocks[0][0] = -np.inf  # row 0 sees nothing in block 1 ...
+        blocks[1][1] += 6.0  # row 1's maximum grows a lot in block 2
+        blocks[1][2] -= 6.0  # row 2's does not
+        blocks[2][rows - 1] = -np.inf  # the last row sees nothing in block 3
+        values = [rng.normal(size=(b, d_v)) for _ in range(3)]
+        m, l, acc = np.full(rows, -np.inf), np.zeros(rows), np.zeros((rows, d_v))
+        for step, (s, v) in enumerate(zip(blocks, values, strict=True), start=1):
             result = call(update_fn, name, m, l, acc, s, v)
             expect_tuple(result, 3, name, "the three running quantities (m, l, acc)")
             names = ("m", "l", "acc")
@@ -92,6 +83,7 @@ def check_online_softmax_update(update_fn: Callable) -> None:
                 expect_shape(g, want.shape, name, f"{what} shaped like the {what} it was given")
             expected = BW.online_softmax_update(m, l, acc, s, v)
             if all(close(g, e, 1e-9) for g, e in zip(got, expected, strict=True)):
+                m, l, acc = expected  # the next block starts from lib's state
                 continue
             mistakes = {
                 message: functools.partial(_wrong_update, m, l, acc, s, v, mistake)
@@ -112,27 +104,12 @@ def check_online_softmax_update(update_fn: Callable) -> None:
     passed("online_softmax_update: sums rescaled by exp(m - m_new); masked rows stay at 0.")
 
 
-# --------------------------------------------------------------------------- decode step
-def _cache_case(batch: int, d: int, h: int, past: int, seed: int):
-    """params (with biases), the earlier tokens' inputs and their projected keys and values
-    (the cache), and the new token, (batch, 1, d)."""
-    rng = np.random.default_rng(seed)
-    params = A.init_mha_params(d, h, rng, bias=True)
-    x_past = rng.normal(size=(batch, past, d))
-    x_new = rng.normal(size=(batch, 1, d))
-    k = A.split_heads(x_past @ params.W_k + params.b_k, h)  # (batch, heads, past, d_k)
-    v = A.split_heads(x_past @ params.W_v + params.b_v, h)
-    return params, x_past, x_new, k, v
-
-
 def _decode_reference(x_new, params, k_cache, v_cache, variant=None):
     """One step, or a realistic variant of it: (out, k_cache, v_cache)."""
     h = params.n_heads
     q = A.split_heads(x_new @ params.W_q + params.b_q, h)  # (batch, heads, 1, d_k)
-    k_new = A.split_heads(x_new @ params.W_k + params.b_k, h)
-    v_new = A.split_heads(x_new @ params.W_v + params.b_v, h)
-    keys = np.concatenate([k_cache, k_new], axis=2)
-    values = np.concatenate([v_cache, v_new], axis=2)
+    keys = np.concatenate([k_cache, A.split_heads(x_new @ params.W_k + params.b_k, h)], axis=2)
+    values = np.concatenate([v_cache, A.split_heads(x_new @ params.W_v + params.b_v, h)], axis=2)
     if variant == "before appending":
         keys, values = k_cache, v_cache
     if variant == "dropped oldest":
@@ -162,11 +139,14 @@ _DECODE_MISTAKES = {
 
 @exercise
 def check_decode_step(decode_fn: Callable) -> None:
-    """Exercise (notebook 10): one decoding step, (x_new, params, k_cache, v_cache) -> (out,
-    k_cache, v_cache), the caches with the new token's key and value appended."""
+    """Exercise (notebook 10): one decoding step with a KV cache -> (out, k_cache, v_cache)."""
     name = "decode_step"
     for batch, d, h, past, seed in ((2, 8, 2, 4, 20), (1, 12, 3, 6, 21), (2, 6, 3, 0, 22)):
-        params, x_past, x_new, k_cache, v_cache = _cache_case(batch, d, h, past, seed)
+        rng = np.random.default_rng(seed)
+        params = A.init_mha_params(d, h, rng, bias=True)
+        x_past, x_new = rng.normal(size=(batch, past, d)), rng.normal(size=(batch, 1, d))
+        k_cache = A.split_heads(x_past @ params.W_k + params.b_k, h)  # (batch, heads, past, d_k)
+        v_cache = A.split_heads(x_past @ params.W_v + params.b_v, h)
         result = call(decode_fn, name, x_new, params, k_cache, v_cache)
         expect_tuple(result, 3, name, "(out, k_cache, v_cache)")
         out = as_array(result[0], name, "out")
@@ -175,9 +155,8 @@ def check_decode_step(decode_fn: Callable) -> None:
         want_out = A.multi_head_attention(x_all, x_all, params, A.causal_mask(past + 1))[0][:, -1:]
         _, want_k, want_v = _decode_reference(x_new, params, k_cache, v_cache)
         if not close(out, want_out, 1e-9):
-            args = (x_new, params, k_cache, v_cache)
             mistakes = {
-                message: lambda v=variant: _decode_reference(*args, v)[0]
+                message: lambda v=variant: _decode_reference(x_new, params, k_cache, v_cache, v)[0]
                 for variant, message in _DECODE_MISTAKES.items()
             }
             diagnose(out, name, mistakes, tol=1e-9)
@@ -208,7 +187,6 @@ def check_decode_step(decode_fn: Callable) -> None:
     passed("decode_step: new key and value appended; equals the full causal forward's last row.")
 
 
-# --------------------------------------------------------------------------- grouped heads
 def _gqa_reference(q, k, v, mapping="interleave", scale=True, axis=-1):
     h, kv = q.shape[1], k.shape[1]
     heads = np.arange(h)
@@ -221,8 +199,7 @@ def _gqa_reference(q, k, v, mapping="interleave", scale=True, axis=-1):
 
 @exercise
 def check_gqa_attention(gqa_fn: Callable) -> None:
-    """Exercise (notebook 10): attention with grouped key/value heads, k and v (batch, kv heads,
-    n_k, d): query head i reads key/value head i // (heads / kv heads)."""
+    """Exercise (notebook 10): attention where query head i reads key/value head i // group."""
     name = "gqa_attention"
     rng = np.random.default_rng(30)
     for batch, h, kv, n_q, n_k, d_k, d_v in (

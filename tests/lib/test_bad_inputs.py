@@ -482,7 +482,6 @@ REFUSED = {  # entry point -> {fragment(s) of the ValueError's message: a call t
     "tiny.init_tiny_model": {
         "valid head counts for d_model=6 are [1, 2, 3, 6]": lambda: tiny(d_model=6, n_heads=4),
         "n_classes must be an integer >= 1, got 0": lambda: tiny(n_classes=0),
-        "dtype must be a floating-point dtype": lambda: tiny(dtype=int),
         (
             "positions must be one of 'none', 'learned', 'sinusoidal', 'rope', 'alibi', "
             "got 'rotary'"
@@ -585,7 +584,7 @@ REFUSED = {  # entry point -> {fragment(s) of the ValueError's message: a call t
         "base must be a finite number > 1, got 0.5": lambda: POS.sinusoidal_shift(1, 4, 0.5),
     },
     "positions.RoPE": {
-        "base must be a number > 1, got '10000' (str)": lambda: POS.RoPE("10000"),
+        "base must be a finite number > 1, got '10000'": lambda: POS.RoPE("10000"),
         "base must be a finite number > 1, got 1e-310": lambda: POS.RoPE(1e-310),  # subnormal
         "layout must be one of 'half', 'interleaved', got 'split'": lambda: POS.RoPE(1e4, "split"),
     },
