@@ -89,6 +89,10 @@ section, `--only grading` times `tools/grade.py` against nbgrader's `autograde`.
 
 `python bench/positions.py` is not a timing: it runs notebook 09's position experiment larger
 than the notebook can afford; its runs are in `bench/results/2026-11-26-positions*.txt`.
+`python bench/induction_sizes.py` is not a timing either: it trains notebook 11's model at
+cheaper settings (smaller d_model or batch, a larger learning rate, fewer steps) over six seeds
+and counts the seeds where the induction circuit forms; its run is in
+`bench/results/2026-11-29-induction-sizes.txt`.
 """
 
 

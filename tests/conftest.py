@@ -7,7 +7,9 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -32,6 +34,24 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_blas_thread():
+    """NumPy's products on one thread in each test process: `make test` runs one worker per
+    core, and BLAS threads waiting for a core the other worker holds spin (OpenBLAS's and
+    OpenMP's do), which made tests several times slower. Notebook kernels are other
+    processes, untouched."""
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The same for torch, once a test has imported it (importing it here would slow every
+    test process by seconds)."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
 
 
 def pytest_report_header(config):

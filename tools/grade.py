@@ -190,6 +190,50 @@ def _python_source(source: str) -> str:
     return TransformerManager().transform_cell(source)
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def free_names(scope) -> set[str]:
+    """The names a function, lambda or comprehension reads from the scopes around it: what it
+    loads, less its parameters and the names it binds (Python makes those local), nested
+    scopes alike; defaults and decorators are read outside, so they count whole."""
+    local, loaded, declared = set(), set(), set()
+    if isinstance(scope, _COMPREHENSIONS):
+        first, *rest = scope.generators  # the first iterable is read outside
+        body = [scope.key, scope.value] if isinstance(scope, ast.DictComp) else [scope.elt]
+        body += [first.target, *first.ifs, *rest]
+        outside = [first.iter]
+    else:
+        args = scope.args
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+        local.update(a.arg for a in every if a is not None)
+        outside = [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+        outside += getattr(scope, "decorator_list", [])
+        body = scope.body if isinstance(scope.body, list) else [scope.body]
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, _SCOPES + _COMPREHENSIONS):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                local.add(node.name)
+            loaded |= free_names(node)
+            continue
+        if isinstance(node, ast.Global | ast.Nonlocal):
+            declared.update(node.names)
+        elif isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else local).add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            local.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ClassDef | ast.ExceptHandler) and node.name:
+            local.add(node.name)
+        todo.extend(ast.iter_child_nodes(node))
+    free = loaded - (local - declared)
+    for node in outside:
+        free |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return free
+
+
 def names_of(source: str) -> tuple[set[str], set[str], set[str]] | None:
     """(names a cell defines at module level, names it reads anywhere, names it defines
     for sure: by a def, class, import or plain assignment at the top level), or None if it
@@ -201,14 +245,18 @@ def names_of(source: str) -> tuple[set[str], set[str], set[str]] | None:
     defined, used = set(), set()
 
     def visit(node, top: bool):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        if isinstance(node, _SCOPES + _COMPREHENSIONS):  # what it reads from outside itself
+            if top and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                defined.add(node.name)
+            used.update(free_names(node))
+            defined.update(n for g in ast.walk(node) if isinstance(g, ast.Global) for n in g.names)
+            return
+        if isinstance(node, ast.ClassDef):
             if top:
                 defined.add(node.name)
             for child in ast.iter_child_nodes(node):
                 visit(child, False)
             return
-        if isinstance(node, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp):
-            top = False
         if isinstance(node, ast.Import | ast.ImportFrom) and top:
             for alias in node.names:
                 defined.add((alias.asname or alias.name).split(".")[0])

@@ -142,15 +142,16 @@ def _removed_list(got, name: str, n_heads: int) -> list[int]:
     for h in got:
         if isinstance(h, bool) or not isinstance(h, int | float | np.integer | np.floating):
             raise CheckFailed(f"{name}: every entry should be a head index (an int), got {h!r}.")
-        if float(h) != int(h) or not 0 <= int(h) < n_heads:
+        if not np.isfinite(h) or float(h) != int(h) or not 0 <= int(h) < n_heads:
             raise CheckFailed(f"{name}: {h!r} is not a head index 0..{n_heads - 1}.")
     values = [int(h) for h in got]
     if len(values) == n_heads and set(values) <= {0, 1} and n_heads > 2:
         raise CheckFailed(
             f"{name}: that looks like a head mask; return the heads removed, in the order removed."
         )
-    if len(set(values)) != len(values):
-        raise CheckFailed(f"{name}: head {values[0]} is removed twice; each head can go once.")
+    twice = [h for i, h in enumerate(values) if h in values[:i]]
+    if twice:
+        raise CheckFailed(f"{name}: head {twice[0]} is removed twice; each head can go once.")
     return values
 
 

@@ -278,7 +278,9 @@ def test_prune_heads_check_accepts_any_order_among_tied_heads(capsys):
     rejects(check, stub, "not implemented yet")
     rejects(check, lambda *a: None, "the list of heads it removed")
     rejects(check, lambda *a: [9], "is not a head index")
+    rejects(check, lambda *a: [float("nan")], "is not a head index")
     rejects(check, lambda *a: [0, 0], "removed twice")
+    rejects(check, lambda *a: [1, 0, 0], "head 0 is removed twice")  # the repeated head
     rejects(check, lambda *a: [], "you stopped after 0 removal(s)")
 
 

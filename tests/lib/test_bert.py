@@ -166,12 +166,13 @@ def test_the_worst_case_says_nothing_about_a_float32_layer(model64):
     assert worst.max() > size and random.max() < 1e-2 * size
 
 
-def check_layers_compose(model, batch, out):
+def check_layers_compose(model, batch, out, activation=B.gelu):
     """bert_forward is exactly embed, then encoder_layer after encoder_layer."""
     key_mask = batch.attention_mask[:, None, None, :]
+    eps = model.config.layer_norm_eps
     np.testing.assert_array_equal(out.hidden_states[0], B.embed(model.weights, batch.input_ids))
     for i, layer in enumerate(model.weights.layers):
-        x, w = B.encoder_layer(layer, out.hidden_states[i], key_mask, model.config.layer_norm_eps)
+        x, w = B.encoder_layer(layer, out.hidden_states[i], key_mask, eps, activation)
         np.testing.assert_array_equal(x, out.hidden_states[i + 1])
         np.testing.assert_array_equal(w, out.attentions[i])
 
@@ -414,7 +415,32 @@ def test_paraphrases_are_closer_than_unrelated_sentences(model32):
 # --------------------------------------------------------------------------- properties
 
 
-@settings(max_examples=6)  # every layer twice, and its bound, per example
+# (dtype, sentence) -> each layer of the sentence alone: (input, output, weights, the bounds
+# on both); the examples below repeat sentences, so each is computed once
+ALONE = {}
+
+
+def layers_alone(model, model64, sentence):
+    dtype = model.weights.layers[0].W_in.dtype.type
+    if (dtype, sentence) not in ALONE:
+        ids = model.tokenize([sentence]).input_ids
+        key_mask = np.ones((1, 1, 1, ids.shape[1]), bool)
+        eps = model.config.layer_norm_eps
+        states = B.bert_forward(model.weights, ids).hidden_states
+        layers = []
+        for i, layer in enumerate(model.weights.layers):
+            x = states[i]
+            out, w = B.encoder_layer(layer, x, key_mask, eps)
+            x64 = x.astype(np.float64)
+            _, dout, _, dw = encoder_layer_errors(
+                dtype, model64.weights.layers[i], x64, 0.0, key_mask, eps
+            )
+            layers.append((x, out, w, dout, dw))
+        ALONE[dtype, sentence] = layers
+    return ALONE[dtype, sentence]
+
+
+@settings(max_examples=6)  # every layer, padded, per example
 @given(extra=st.integers(min_value=1, max_value=12), which=st.sampled_from(SINGLE))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_padding_does_not_change_real_positions(model32, model64, dtype, extra, which):
@@ -423,19 +449,12 @@ def test_padding_does_not_change_real_positions(model32, model64, dtype, extra, 
     rows see the same numbers either way, so their bound is the same)."""
     model = model32 if dtype == np.float32 else model64
     eps = model.config.layer_norm_eps
-    alone = model.tokenize([which])
-    n = alone.input_ids.shape[1]
-    states = B.bert_forward(model.weights, alone.input_ids).hidden_states
     junk = np.random.default_rng(extra).normal(size=(1, extra, 384)).astype(dtype)
-    key_alone = np.ones((1, 1, 1, n), bool)
-    key_padded = np.concatenate([key_alone, np.zeros((1, 1, 1, extra), bool)], axis=-1)
-    for i, layer in enumerate(model.weights.layers):
-        x = states[i]
-        a, w_a = B.encoder_layer(layer, x, key_alone, eps)
-        p, w_p = B.encoder_layer(layer, np.concatenate([x, junk], axis=1), key_padded, eps)
-        _, dout, _, dw = encoder_layer_errors(
-            dtype, model64.weights.layers[i], x.astype(np.float64), 0.0, key_alone, eps
-        )
+    for i, (x, a, w_a, dout, dw) in enumerate(layers_alone(model, model64, which)):
+        n = x.shape[1]
+        key_padded = (np.arange(n + extra) < n).reshape(1, 1, 1, -1)
+        padded = np.concatenate([x, junk], axis=1)
+        p, w_p = B.encoder_layer(model.weights.layers[i], padded, key_padded, eps)
         assert_within(p[:, :n], a, 2 * dout, f"layer {i}")
         assert_within(w_p[..., :n, :n], w_a, 2 * dw, f"layer {i}, weights")
         assert np.all(w_p[..., n:] == 0)
@@ -490,26 +509,19 @@ def test_forward_with_gelu_tanh_matches_transformers_gelu_new(model64, reference
         layer.intermediate.intermediate_act_fn = ACT2FN["gelu_new"]
     batch = model64.tokenize(BATCH)
     out = B.bert_forward(model64.weights, batch.input_ids, batch.attention_mask, B.gelu_tanh)
-    with torch.no_grad():
-        ref = tanh_model(
-            input_ids=torch.tensor(batch.input_ids),
-            attention_mask=torch.tensor(batch.attention_mask.astype(np.int64)),
-            output_hidden_states=True,
-            output_attentions=True,
-        )
-    ref_hidden = np.stack([h.numpy() for h in ref.hidden_states])
-    ref_att = np.stack([a.numpy() for a in ref.attentions])
+    ref_hidden, ref_att = run_reference({np.float64: tanh_model}, np.float64, batch)
     check_layer_by_layer(model64, model64.weights, batch, ref_hidden, ref_att,
                          activation=B.gelu_tanh)  # fmt: skip
+    check_layers_compose(model64, batch, out, activation=B.gelu_tanh)
+    # one layer tells the two apart
     key_mask = batch.attention_mask[:, None, None, :]
     eps = model64.config.layer_norm_eps
-    for i, layer in enumerate(model64.weights.layers):
-        x = out.hidden_states[i]
-        bounds = [encoder_layer_errors(np.float64, layer, x, 0.0, key_mask, eps, f)[1]
-                  for f in (B.gelu, B.gelu_tanh)]  # fmt: skip
-        exact = B.encoder_layer(layer, x, key_mask, eps)[0]
-        tanh = B.encoder_layer(layer, x, key_mask, eps, B.gelu_tanh)[0]
-        assert (np.abs(exact - tanh) > bounds[0] + bounds[1]).any(), i
+    layer, x = model64.weights.layers[0], out.hidden_states[0]
+    bounds = [encoder_layer_errors(np.float64, layer, x, 0.0, key_mask, eps, f)[1]
+              for f in (B.gelu, B.gelu_tanh)]  # fmt: skip
+    exact = B.encoder_layer(layer, x, key_mask, eps)[0]
+    tanh = B.encoder_layer(layer, x, key_mask, eps, B.gelu_tanh)[0]
+    assert (np.abs(exact - tanh) > bounds[0] + bounds[1]).any()
 
 
 def test_layer_norm():

@@ -78,7 +78,9 @@ def test_nbval_with_the_option_fails_on_a_changed_stored_figure(tmp_path):
         "PYTHONPATH": str(ROOT / "tests"),
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
     }
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "figures",
+    # nbval and the option's plugin only: loading every installed plugin took a second a run
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               "--disable-plugin-autoload", "-p", "nbval", "-p", "figures",
                "--nbval", "--nbval-current-env", "--nbval-figures", str(path)]  # fmt: skip
 
     # the outputs the cell gives, with another figure in place of the one it draws

@@ -24,8 +24,9 @@ NO_SEARCH = "@settings(phases=[Phase.explicit])"
 
 
 def run_pytest(folder, decorators, ci, status):
-    """pytest on the planted test alone, with this suite's conftest (its hypothesis profiles),
-    in an empty folder (so no example database); its exit status must be ``status``."""
+    """pytest on the planted test alone, with this suite's conftest (its hypothesis profiles)
+    and hypothesis's plugin but no other (loading them, nbval's above all, took most of the
+    time), in an empty folder (so no example database); its exit status must be ``status``."""
     folder.mkdir()
     (folder / "test_planted.py").write_text(PLANTED.format(decorators="\n".join(decorators)))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -34,7 +35,7 @@ def run_pytest(folder, decorators, ci, status):
         env["CI"] = "true"
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest"]
-        + ["test_planted.py"],
+        + ["--disable-plugin-autoload", "-p", "hypothesispytest", "test_planted.py"],
         cwd=folder,
         env=env,
         capture_output=True,
