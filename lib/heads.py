@@ -3,7 +3,7 @@
 The measures take attention weights (..., heads, n_q, n_k), e.g. multi_head_attention's, whose
 rows are probability distributions or all zeros (a query that attended to nothing)."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -104,7 +104,14 @@ def head_roles(weights, offsets: Sequence[int], threshold: float = 0.5) -> np.nd
 
 
 def head_count_sweep(
-    make_model, make_batch, eval_data, head_counts, seeds, budget: int, target: float, eval_every=20
+    make_model: Callable,
+    make_batch: Callable,
+    eval_data: tuple[np.ndarray, np.ndarray],
+    head_counts: Sequence[int],
+    seeds: Sequence[int],
+    budget: int,
+    target: float,
+    eval_every: int = 20,
 ) -> dict:
     """Notebook 05's sweep: for every head count h and seed, train ``make_model(h,
     default_rng(seed))`` (lr 1e-2, stopping at ``target``). Returns ``{(h, seed): run}``: the

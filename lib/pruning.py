@@ -51,7 +51,10 @@ class PruningStep:
 
 
 def prune_iteratively(
-    model: TinyModel, select_data, score: str = "ablation", max_drop: float = 0.01
+    model: TinyModel,
+    select_data: tuple[np.ndarray, np.ndarray],
+    score: str = "ablation",
+    max_drop: float = 0.01,
 ) -> list[PruningStep]:
     """Switch heads off one at a time, least important first by ``score``, re-scoring after
     each, until the next step would lose more than ``max_drop`` accuracy on ``select_data`` (so
