@@ -53,8 +53,9 @@ COLAB_PACKAGES = (
     "numpy matplotlib seaborn scipy safetensors tokenizers threadpoolctl torch transformers "
     "ipython ipykernel jupyter_client nbclient nbformat pytest pip"
 ).split()
-# Test-only packages Colab does not have (their own versions, within what Colab pins).
-TEST_ONLY_PACKAGES = ["hypothesis"]
+# Test-only packages Colab does not have (their own versions, within what Colab pins):
+# hypothesis for the property tests, pytest-xdist to spread the test files over the cores.
+TEST_ONLY_PACKAGES = ["hypothesis", "pytest-xdist"]
 # Packages only the stand-in torch build needs (see constraints_file).
 CUDA_ONLY = re.compile(r"^(nvidia-|cuda-|triton)", re.IGNORECASE)
 # Bump when the way the environment is built changes, so that it is rebuilt.
@@ -295,6 +296,10 @@ def main(argv=None) -> int:
                     "--disable-warnings",
                     "-p",
                     "no:cacheprovider",
+                    "-n",
+                    "auto",
+                    "--dist",
+                    "loadfile",
                 ]
                 + ["tests"],
                 cwd=ROOT,
