@@ -143,19 +143,7 @@ class Decoder:
     def load(self, keys, values) -> None:
         """Start from given keys and values, each (batch, n_kv_heads, L, d_k), as if L tokens
         had been decoded: for timing a step at a long context without running its prompt."""
-        batch, n_kv, max_len, d_k = self._k.shape
-        layout = f"(batch, n_kv_heads, L, d_k) = ({batch}, {n_kv}, L, {d_k})"
-        keys, values = valid.real_array(keys, "keys"), valid.real_array(values, "values")
-        for name, a in (("keys", keys), ("values", values)):
-            if a.ndim != 4 or a.shape[:2] != (batch, n_kv) or a.shape[3] != d_k:
-                raise ValueError(f"{name} must be {layout}, got shape {a.shape}")
-            valid.finite(a, name)
-        if keys.shape != values.shape:
-            raise ValueError(f"keys {keys.shape} and values {values.shape} must have one shape")
-        if keys.shape[2] > max_len:
-            raise ValueError(
-                f"the KV cache holds at most max_len={max_len} tokens, got {keys.shape[2]}"
-            )
+        keys, values = _cache_contents(keys, values, self._k.shape)
         self.reset()
         self.length = keys.shape[2]
         self._k[:, :, : self.length], self._v[:, :, : self.length] = keys, values
@@ -163,21 +151,9 @@ class Decoder:
     def __call__(self, x_new) -> np.ndarray:
         """The layer's outputs at the new positions, (batch, t, d_model) (or (t, d_model))."""
         p, kv = self.params, self.n_kv_heads
-        x = valid.real_array(x_new, "x_new")
-        unbatched = x.ndim == 2 and self.batch == 1
-        x = x[None] if unbatched else x  # (batch, t, d_model)
-        if x.ndim != 3 or x.shape[0] != self.batch or x.shape[2] != p.d_model:
-            layouts = f"(batch, t, d_model) = ({self.batch}, t, {p.d_model})"
-            layouts += f" or (t, d_model) = (t, {p.d_model})" if self.batch == 1 else ""
-            raise ValueError(f"x_new must be {layouts}, got shape {np.shape(x_new)}")
-        valid.finite(x, "x_new")
+        x, unbatched = _new_tokens(x_new, self.batch, p.d_model, self.length, self.max_len)
         batch, t, d = x.shape
         start, end = self.length, self.length + t
-        if end > self.max_len:
-            raise ValueError(
-                f"the KV cache holds at most max_len={self.max_len} tokens and has {start}: "
-                f"{t} more do not fit (build the Decoder with a larger max_len, or reset() it)"
-            )
         group = p.n_heads // kv
         dtype = np.result_type(x, self._k)  # NumPy's promotion of the tokens and the cache
         cache_k, cache_v = self._k.astype(dtype, copy=False), self._v.astype(dtype, copy=False)
@@ -201,3 +177,43 @@ class Decoder:
         valid.finite_output(out, {"x_new": x, "keys": keys, "values": values} | p.arrays())
         self._k, self._v, self.length = cache_k, cache_v, end
         return out[0] if unbatched else out
+
+
+def _new_tokens(x, batch: int, d_model: int, length: int, max_len: int):
+    """A decoder's new tokens: real, finite, (batch, t, d_model) or (t, d_model) when batch
+    is 1, fitting in the cache; returned with a batch axis, and whether it came without."""
+    x = valid.real_array(x, "x_new")
+    layouts = f"(batch, t, d_model) = ({batch}, t, {d_model})"
+    layouts += f" or (t, d_model) = (t, {d_model})" if batch == 1 else ""
+    unbatched = x.ndim == 2 and batch == 1
+    x3 = x[None] if unbatched else x
+    if x3.ndim != 3 or x3.shape[0] != batch or x3.shape[2] != d_model:
+        raise ValueError(f"x_new must be {layouts}, got shape {x.shape}")
+    valid.finite(x3, "x_new")
+    if length + x3.shape[1] > max_len:
+        raise ValueError(
+            f"the KV cache holds at most max_len={max_len} tokens and has {length}: "
+            f"{x3.shape[1]} more do not fit (build the Decoder with a larger max_len, or "
+            "reset() it)"
+        )
+    return x3, unbatched
+
+
+def _cache_contents(keys, values, cache_shape: tuple):
+    """Keys and values to load into a cache of ``cache_shape`` (batch, n_kv_heads, max_len,
+    d_k): real, finite, one shape (batch, n_kv_heads, L, d_k) with L <= max_len."""
+    batch, n_kv, max_len, d_k = cache_shape
+    layout = f"(batch, n_kv_heads, L, d_k) = ({batch}, {n_kv}, L, {d_k})"
+    arrays = {"keys": valid.real_array(keys, "keys"), "values": valid.real_array(values, "values")}
+    for name, a in arrays.items():
+        if a.ndim != 4 or a.shape[:2] != (batch, n_kv) or a.shape[3] != d_k:
+            raise ValueError(f"{name} must be {layout}, got shape {a.shape}")
+        valid.finite(a, name)
+    keys, values = arrays["keys"], arrays["values"]
+    if keys.shape != values.shape:
+        raise ValueError(f"keys {keys.shape} and values {values.shape} must have one shape")
+    if keys.shape[2] > max_len:
+        raise ValueError(
+            f"the KV cache holds at most max_len={max_len} tokens, got {keys.shape[2]}"
+        )
+    return keys, values

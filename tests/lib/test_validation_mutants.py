@@ -46,7 +46,7 @@ NOT_CHECKS = {"divisors", "overflow"}
 PREDICATES = {"all_finite"}
 # Checks kept in the module that needs them (called by name or as self.<name>): deleted like
 # the checks of lib._validate.
-LOCAL_CHECKS = {"_base"}
+LOCAL_CHECKS = {"_base", "_new_tokens", "_cache_contents"}
 
 
 def _mha_inputs(x_q, x_kv, p, mask, causal=False, unbatched_ok=True):
@@ -70,10 +70,17 @@ def _attention_inputs(q, k, v, mask):
     return q, k, v, mask, np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
 
 
+def _new_tokens(x, batch, d_model, length, max_len):
+    x = np.asarray(x)
+    return (x[None], True) if x.ndim == 2 else (x, False)
+
+
 # What a check that computes a result gives when it is deleted: the result, unchecked.
 UNCHECKED = {
     "mha_inputs": _mha_inputs,
     "attention_inputs": _attention_inputs,
+    "_new_tokens": _new_tokens,
+    "_cache_contents": lambda keys, values, shape: (np.asarray(keys), np.asarray(values)),
     "heads": lambda d_model, n_heads: d_model // n_heads,
     "kv_heads": lambda n_heads, n_kv_heads: n_heads // n_kv_heads,
     "integers": lambda values, name: np.asarray(values),
