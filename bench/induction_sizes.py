@@ -44,8 +44,8 @@ SETTINGS = [
 def train(d_model, batch, lr, steps, seed, held):
     """The notebook's training loop; returns what it logs on the held-out sequences."""
     held_ids, held_targets, held_repeated = held
-    rng = np.random.default_rng(seed)
-    model = TR.init_transformer(VOCAB, 2, 2, rng, d_model=d_model, rope=True, dtype=np.float32)
+    initial = np.random.default_rng(seed)  # the initial weights, as the notebook's new_model
+    model = TR.init_transformer(VOCAB, 2, 2, initial, d_model=d_model, rope=True, dtype=np.float32)
     rng, adam, log = np.random.default_rng(100 + seed), T.Adam(lr=lr), []
     for step in range(1, steps + 1):
         ids, targets, _ = IND.repeated_segment_task(batch, SEQ_LEN, VOCAB, SEGMENT, rng)
