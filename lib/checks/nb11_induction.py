@@ -66,6 +66,10 @@ def check_prefix_matching_score(score_fn: Callable) -> None:
             ),
             "you kept the places seen in one sequence for the next; start an empty record "
             "for each sequence.": lambda: _carried_over(pattern, ids),
+            "you averaged each sequence first, then the sequences; average over all the scored "
+            "queries together, so that a sequence with more of them counts more.": np.mean(
+                [IND.prefix_matching_score(pattern[b, None], ids[b, None]) for b in range(batch)], 0
+            ),
             "you averaged over every query, counting those whose token never appeared before "
             "as 0; average only over the queries with an earlier occurrence.": lambda: (
                 IND.prefix_matching_score(pattern, ids) * counted.sum() / (batch * n)

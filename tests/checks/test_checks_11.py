@@ -67,6 +67,13 @@ def matching(mistake):
     return score
 
 
+def mean_of_means(pattern, ids):  # each sequence's mean first, then the mean of those
+    per_sequence = [
+        prefix_matching_score(pattern[b : b + 1], ids[b : b + 1]) for b in range(len(ids))
+    ]
+    return np.mean(per_sequence, axis=0)
+
+
 def ablating(mistake):
     def losses(model, ids, targets, repeated):
         out = np.zeros((model.n_layers, model.n_heads))
@@ -104,6 +111,7 @@ NB11_MUTANTS = {
         ("first occurrence", matching("first occurrence"), "matched the first occurrence"),
         ("zeros counted", matching("zeros counted"), "counting those whose token never"),
         ("carried over", matching("carried over"), "kept the places seen in one sequence"),
+        ("mean of means", mean_of_means, "averaged each sequence first"),
     ],
     "check_ablation_losses": [
         ("every place", ablating("every place"), "you scored every place"),
