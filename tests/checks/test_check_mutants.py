@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import attention_lists, stub
+from helpers import attention_lists, lib_causal_mask, lib_padding_mask, stub
 from test_checks_09 import NB09_MUTANTS, least_squares_shift
 from test_checks_10 import NB10_MUTANTS
 from test_checks_11 import NB11_MUTANTS
@@ -473,24 +473,24 @@ MUTANTS = {
             lambda n_q, n_k: np.tri(n_q, n_k, k=n_q - n_k, dtype=bool),
             "diagonal the wrong way",
         ),
-        ("inverted", lambda n_q, n_k: ~A.causal_mask(n_q, n_k), "wrong way round"),
-        ("transposed", lambda n_q, n_k: A.causal_mask(n_q, n_k).T, "one row per key"),
-        ("ints", lambda n_q, n_k: A.causal_mask(n_q, n_k).astype(int), "as int64 numbers"),
+        ("inverted", lambda n_q, n_k: ~lib_causal_mask(n_q, n_k), "wrong way round"),
+        ("transposed", lambda n_q, n_k: lib_causal_mask(n_q, n_k).T, "one row per key"),
+        ("ints", lambda n_q, n_k: lib_causal_mask(n_q, n_k).astype(int), "as int64 numbers"),
     ],
     "check_padding_mask": [
-        ("inverted", lambda ls, n: ~A.padding_mask(ls, n), "wrong way round"),
+        ("inverted", lambda ls, n: ~lib_padding_mask(ls, n), "wrong way round"),
         (
             "plus one",
-            lambda ls, n: A.padding_mask(np.minimum(np.array(ls) + 1, n), n),
+            lambda ls, n: lib_padding_mask(np.minimum(np.array(ls) + 1, n), n),
             "key L is already padding",
         ),
         (
             "minus one",
-            lambda ls, n: A.padding_mask(np.maximum(np.array(ls) - 1, 0), n),
+            lambda ls, n: lib_padding_mask(np.maximum(np.array(ls) - 1, 0), n),
             "marked only L-1",
         ),
-        ("2-D", lambda ls, n: A.padding_mask(ls, n)[:, 0, 0], "broadcasts over heads"),
-        ("ints", lambda ls, n: A.padding_mask(ls, n).astype(int), "use booleans"),
+        ("2-D", lambda ls, n: lib_padding_mask(ls, n)[:, 0, 0], "broadcasts over heads"),
+        ("ints", lambda ls, n: lib_padding_mask(ls, n).astype(int), "use booleans"),
     ],
     "check_split_heads": [
         (

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import attention_lists, rejects, stub
+from helpers import attention_lists, lib_causal_mask, lib_padding_mask, rejects, stub
 
 from lib import attention as A
 from lib import checks
@@ -71,8 +71,8 @@ def param_count(d_model, d_source, n_heads, d_k, d_v, bias):
         (checks.check_log_softmax_list, lambda row: log_softmax_np(row).tolist()),
         (checks.check_softmax, A.softmax),
         (checks.check_sliding_window_mask_list, window_mask_np),
-        (checks.check_causal_mask, A.causal_mask),
-        (checks.check_padding_mask, A.padding_mask),
+        (checks.check_causal_mask, lib_causal_mask),
+        (checks.check_padding_mask, lib_padding_mask),
         (checks.check_attention_list, attention_lists),
         (checks.check_split_heads, split_heads_any),
         (checks.check_merge_heads, merge_heads_any),
@@ -161,9 +161,9 @@ def test_sliding_window_mask_mistakes():
 def test_causal_mask_mistakes():
     check = checks.check_causal_mask
     rejects(check, lambda n_q, n_k: np.tri(n_q, n_k, dtype=bool), "LAST n_q positions")
-    rejects(check, lambda n_q, n_k: A.causal_mask(n_q, n_k).T, "one row per key", "(3, 7)")
-    rejects(check, lambda n_q, n_k: A.causal_mask(n_q, n_k).astype(int), "use booleans")
-    rejects(check, lambda n_q, n_k: ~A.causal_mask(n_q, n_k), "wrong way round")
+    rejects(check, lambda n_q, n_k: lib_causal_mask(n_q, n_k).T, "one row per key", "(3, 7)")
+    rejects(check, lambda n_q, n_k: lib_causal_mask(n_q, n_k).astype(int), "use booleans")
+    rejects(check, lambda n_q, n_k: ~lib_causal_mask(n_q, n_k), "wrong way round")
     rejects(check, lambda n_q, n_k: np.tri(n_q, n_k, k=n_q - n_k, dtype=bool), "the wrong way")
 
 
@@ -172,7 +172,7 @@ def test_padding_mask_mistakes():
         return np.arange(n_k)[None, :] < np.asarray(lengths)[:, None]
 
     def inverted(lengths, n_k):
-        return ~A.padding_mask(lengths, n_k)
+        return ~lib_padding_mask(lengths, n_k)
 
     def off_by_one(lengths, n_k):
         return (np.arange(n_k)[None, :] <= np.asarray(lengths)[:, None])[:, None, None, :]
@@ -407,3 +407,19 @@ def test_attention_list_may_use_the_helpers_it_names(capsys):
 
     checks.check_attention_list(attention)
     assert capsys.readouterr().out.startswith("✓")
+
+
+@pytest.mark.parametrize(
+    "check, answer, label",
+    [
+        (checks.check_causal_mask, lambda n_q, n_k: A.causal_mask(n_q, n_k), "A.causal_mask"),
+        (checks.check_padding_mask, lambda ls, n_k: A.padding_mask(ls, n_k), "A.padding_mask"),
+    ],
+)
+def test_notebook_02_masks_refuse_lib_s_answer(check, answer, label):
+    """Section 5 uses A.causal_mask and A.padding_mask: calling them is not an answer, and
+    they work again once the check is done."""
+    name = label.removeprefix("A.")
+    message = rejects(check, answer)
+    assert message == f"{name}: this exercise asks you to write it yourself, not to call {label}."
+    assert A.causal_mask(2, 3).shape == (2, 3) and A.padding_mask([1], 2).shape == (1, 1, 1, 2)

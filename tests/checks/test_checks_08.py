@@ -236,3 +236,18 @@ def test_from_torch_refuses_lib_s_answer():
         "from_torch: this exercise asks you to write it yourself, not to call TB.from_torch_mha."
     )
     assert TB.from_torch_mha(torch_layers()[0]).n_heads == torch_layers()[0].num_heads
+
+
+def test_torch_attention_refuses_lib_s_answer():
+    """lib's multi_head_attention on the module's weights gives the answer without running the
+    module, which is what the exercise is about: refused while the answer runs."""
+
+    def without_torch(module, x_q, x_kv, mask):
+        return A.multi_head_attention(x_q, x_kv, TB.from_torch_mha(module), mask)
+
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_torch_attention(without_torch)
+    assert str(info.value) == (
+        "torch_attention: this exercise asks you to write it yourself, not to call "
+        "A.multi_head_attention."
+    )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import attention_lists, rope_turn, unrefused
+from helpers import attention_lists, lib_causal_mask, lib_padding_mask, rope_turn, unrefused
 from test_checks_10 import NB10_REFERENCES
 from test_checks_11 import NB11_REFERENCES
 
@@ -136,8 +136,8 @@ REFERENCES = {
         checks.check_sliding_window_mask_list,
         sliding_window_mask,
     ),
-    "check_causal_mask": (checks.check_causal_mask, A.causal_mask),
-    "check_padding_mask": (checks.check_padding_mask, A.padding_mask),
+    "check_causal_mask": (checks.check_causal_mask, lib_causal_mask),
+    "check_padding_mask": (checks.check_padding_mask, lib_padding_mask),
     "check_attention_list": (checks.check_attention_list, attention_lists),
     "check_split_heads": (checks.check_split_heads, split_heads),
     "check_merge_heads": (checks.check_merge_heads, merge_heads),
@@ -369,11 +369,11 @@ def softmax_axis0(x):
 
 
 def padding_one_short(lengths, n_k):
-    return A.padding_mask(np.maximum(np.asarray(lengths) - 1, 0), n_k)
+    return lib_padding_mask(np.maximum(np.asarray(lengths) - 1, 0), n_k)
 
 
 def padding_ints(lengths, n_k):
-    return A.padding_mask(lengths, n_k).astype(int)
+    return lib_padding_mask(lengths, n_k).astype(int)
 
 
 def merge_interleaved(x):
