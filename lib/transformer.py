@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _validate as valid
 from .attention import MHAParams, causal_mask, glorot
-from .backprop import MHACache, mha_backward, mha_forward
+from .backprop import MHACache, mha_backward, mha_forward, weight_gradient
 from .positions import RoPE
 from .tiny import cross_entropy
 
@@ -83,7 +83,7 @@ class Transformer:
         """The gradient of every parameter, given dL/dlogits (batch, n, vocab)."""
         p = self.params
         out = run.streams[-1] if self.bos is None else run.streams[-1][:, 1:]  # (batch, n, d)
-        grads = {"W_out": np.einsum("bnd,bnc->dc", out, d_logits)}  # (d, vocab)
+        grads = {"W_out": weight_gradient(out, d_logits)}  # (d, vocab)
         if "b_out" in p:
             grads["b_out"] = d_logits.sum(axis=(0, 1))
         d_x = d_logits @ p["W_out"].T  # (batch, n, d)
@@ -93,8 +93,9 @@ class Transformer:
             g = mha_backward(d_x, run.layers[index])
             d_x = d_x + g.pop("x_q") + g.pop("x_kv")  # through the residual and the layer
             grads.update({f"{name}{index}": g[name] for name in LAYER + BIASES if name in g})
-        grads["tok_emb"] = np.zeros_like(p["tok_emb"])
-        np.add.at(grads["tok_emb"], run.ids, d_x)  # summed over every place a token sits
+        # tok_emb[ids] is one_hot(ids) @ tok_emb, so its gradient is one_hot^T @ d_x: summed
+        one_hot = np.eye(len(p["tok_emb"]), dtype=d_x.dtype)[run.ids]  # over a token's places
+        grads["tok_emb"] = weight_gradient(one_hot, d_x)  # (vocab, d)
         if "pos_emb" in p:
             grads["pos_emb"] = np.zeros_like(p["pos_emb"])
             grads["pos_emb"][: run.ids.shape[1]] = d_x.sum(axis=0)

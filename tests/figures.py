@@ -35,6 +35,8 @@ def decode(png_base64: str) -> np.ndarray:
 
 def figure_difference(stored: str, drawn: str) -> str | None:
     """Why two base64 PNGs are not the same figure, or None when they are."""
+    if stored == drawn:  # the same bytes: nothing to decode
+        return None
     a, b = decode(stored), decode(drawn)
     if a.shape != b.shape:
         return (

@@ -2,7 +2,8 @@
 `transformers`, built from the shipped config.json and loaded from the shipped safetensors.
 
 Nothing here touches a model hub: the reference is constructed from the files in the model
-package, and the hub is switched off before `transformers` is imported.
+package, and the hub is switched off before `transformers` is imported (by the tests that
+use it, so that collecting this file stays quick).
 """
 
 import copy
@@ -20,7 +21,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 from tolerances import RANDOM, WORST, assert_within, mha_errors, projection_errors
-from transformers import BertConfig, BertModel
 
 from lib import bert as B
 from lib import head_types as HT
@@ -193,6 +193,8 @@ def model64():
 @pytest.fixture(scope="module")
 def reference():
     """transformers' BertModel with eager attention, in float32 and float64."""
+    from transformers import BertConfig, BertModel
+
     folder = B.model_dir()
     config = BertConfig.from_json_file(str(folder / "config.json"))
     model = BertModel(config, add_pooling_layer=False)
@@ -488,6 +490,7 @@ def test_gelu_tanh_is_torchs_tanh_approximation():
 
 def test_config_gelu_is_transformers_exact_gelu():
     """The model's config says hidden_act "gelu"; in transformers that is the erf form."""
+    from transformers import BertConfig
     from transformers.activations import ACT2FN
 
     config = BertConfig.from_json_file(str(B.model_dir() / "config.json"))
