@@ -23,14 +23,13 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def softmax_inplace(scores: np.ndarray, axis: int = -1) -> np.ndarray:
     """:func:`softmax` computed in ``scores`` itself (no copy), unchecked."""
-    if scores.size == 0:  # no keys (or no rows): nothing to normalise
-        return scores
-    top = scores.max(axis=axis, keepdims=True)  # exp(s - top) <= 1: it cannot overflow
-    top[np.isneginf(top)] = 0.0  # an all-masked slice: exp(-inf - 0) = 0, not NaN
+    top = scores.max(axis=axis, keepdims=True, initial=-np.inf)  # exp(s - top) <= 1: no overflow
+    top[np.isneginf(top)] = 0.0  # an all-masked (or empty) slice: exp(-inf - 0) = 0, not NaN
     np.subtract(scores, top, out=scores)
     np.exp(scores, out=scores)
     total = scores.sum(axis=axis, keepdims=True)
-    np.divide(scores, total, out=scores, where=total > 0)
+    total[total == 0] = 1.0  # an all-masked slice: its zeros stay zeros
+    np.divide(scores, total, out=scores)
     return scores
 
 
@@ -38,8 +37,9 @@ def mask_scores(scores: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     """``scores`` with the masked keys (False) set to -inf, in place, so that exp gives them
     weight 0. A row where an allowed score overflowed to -inf becomes NaN first: it must not
     pass for a masked key, and the NaN reaches the output, whose check reports the overflow."""
-    allowed = True if mask is None else mask  # the minimum of each row's allowed scores:
-    scores[np.isneginf(scores.min(axis=-1, initial=np.inf, where=allowed))] = np.nan
+    if np.isneginf(scores.min(initial=np.inf)):  # rare, so one quick look at all scores first
+        allowed = True if mask is None else mask  # then the minimum of each row's allowed ones
+        scores[np.isneginf(scores.min(axis=-1, initial=np.inf, where=allowed))] = np.nan
     if mask is not None:
         np.copyto(scores, -np.inf, where=~mask)
     return scores
