@@ -45,6 +45,15 @@ def unrefused(fn):
     return copy
 
 
+def lib_answers(module) -> types.SimpleNamespace:
+    """The lib ``module`` with its functions as :func:`unrefused` copies: a check refuses lib's
+    function named like its exercise, which tests use as the reference or build mutants from."""
+    names = vars(module).items()
+    return types.SimpleNamespace(
+        **{k: unrefused(v) if isinstance(v, types.FunctionType) else v for k, v in names}
+    )
+
+
 # notebook 02's masks as lib computes them, for references and mutants of its checks
 lib_causal_mask = unrefused(A.causal_mask)
 lib_padding_mask = unrefused(A.padding_mask)

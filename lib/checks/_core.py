@@ -7,6 +7,7 @@ import contextlib
 import functools
 import importlib
 import os
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -98,14 +99,22 @@ def refusing(refused: Sequence[tuple[str, str, str]]):
             target.__code__ = code
 
 
+def _namesakes(name: str) -> list[tuple[str, str, str]]:
+    """lib's own functions named ``name``, in its loaded modules: its answers to that exercise."""
+    modules = [m for m in sys.modules if m.startswith("lib.") and ".checks" not in m]
+    found = {m: getattr(sys.modules[m], name, None) for m in modules}
+    return [(m, name, f"{m}.{name}") for m, f in found.items() if getattr(f, "__module__", 0) == m]
+
+
 def call(fn: Callable, name: str, *args, hints=(), refuse=()):
     """Call the student's function on copies of the arrays in ``args``, turning whatever it
     raises into one sentence (``hints``: (exception type, sentence or a function of the
-    exception giving one) pairs). ``refuse``: the lib functions that do what the exercise
-    asks, (module, qualified name, how the notebook names it); while ``fn`` runs they raise."""
+    exception giving one) pairs). While ``fn`` runs, lib's answers raise: its functions named
+    ``name`` and those in ``refuse``, (module, qualified name, how the notebook names it)."""
     args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     ask = f"{name}: this exercise asks you to write it yourself, not to call"
-    refused = [(module, qualname, f"{ask} {label}.") for module, qualname, label in refuse]
+    labels = {(module, qualname): label for module, qualname, label in (*_namesakes(name), *refuse)}
+    refused = [(*target, f"{ask} {label}.") for target, label in labels.items()]
     try:
         if refused and hasattr(fn, "refusing"):  # the grader's stand-in for a kernel's function
             return fn.refusing(refused)(*args)
@@ -135,9 +144,8 @@ def hint(exc_type: type, name: str, advice: str, context: str = "") -> tuple:
 
 def describe(value) -> str:
     """A short description of a wrong answer: its type, and its shape if it has one."""
-    shape = getattr(value, "shape", None)
-    if shape is not None and len(shape) > 0:
-        return f"{type(value).__name__} of shape {tuple(shape)}"
+    if len(getattr(value, "shape", ())) > 0:
+        return f"{type(value).__name__} of shape {tuple(value.shape)}"
     text = repr(value)
     return text if len(text) <= 40 else type(value).__name__
 

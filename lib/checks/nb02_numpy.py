@@ -127,12 +127,11 @@ def _as_mask(value, where: str, shape: tuple[int, ...], each: str) -> np.ndarray
 def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
     """Exercise (notebook 02): the (n_q, n_k) causal mask of queries after n_k - n_q cached keys."""
     name = "causal_mask"
-    lib = (("lib.attention", "causal_mask", "A.causal_mask"),)  # lib's own answer: refused
     # The first case tells the mistakes apart; (4, 4) is the square mask; (1, 6) is one new
     # token after five cached ones (it sees everything); (6, 7): one cached key.
     for n_q, n_k in ((3, 7), (4, 4), (1, 6), (6, 7)):
         where = f"{name}({n_q}, {n_k})"
-        arr = _as_mask(call(causal_mask_fn, name, n_q, n_k, refuse=lib), where, (n_q, n_k), "query")
+        arr = _as_mask(call(causal_mask_fn, name, n_q, n_k), where, (n_q, n_k), "query")
         expected = A.causal_mask(n_q, n_k)
         if arr.shape == (n_k, n_q) and n_q != n_k:
             raise CheckFailed(
@@ -174,7 +173,6 @@ def check_causal_mask(causal_mask_fn: Callable[[int, int], np.ndarray]) -> None:
 def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarray]) -> None:
     """Exercise (notebook 02): padding mask of shape (batch, 1, 1, n_k)."""
     name = "padding_mask"
-    refuse = (("lib.attention", "padding_mask", "A.padding_mask"),)  # lib's answer is not one
     advice = (
         "lengths may arrive as a Python list, which cannot be indexed or compared like an "
         "array; convert it to an array first."
@@ -182,7 +180,7 @@ def check_padding_mask(padding_mask_fn: Callable[[Sequence[int], int], np.ndarra
     hints = [hint(TypeError, name, advice)]
     for lengths, n_k in (([3, 5, 1], 5), ([0, 2, 4, 1], 4)):
         expected = A.padding_mask(lengths, n_k)
-        got = call(padding_mask_fn, name, list(lengths), n_k, hints=hints, refuse=refuse)
+        got = call(padding_mask_fn, name, list(lengths), n_k, hints=hints)
         got = _as_mask(got, name, expected.shape, "sequence")
         if got.shape == (len(lengths), n_k):
             raise CheckFailed(

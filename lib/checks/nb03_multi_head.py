@@ -64,8 +64,7 @@ def check_split_heads(split_heads_fn: Callable[[np.ndarray, int], np.ndarray]) -
         diagnose(got, where, mistakes | _front_axes(front, lead, "seq and heads"), tol=0)
         expect_shape(got, expected.shape, name, "(..., heads, seq, d_k)")
         raise CheckFailed(
-            f"{where}: wrong values: head h of token t should hold features "
-            "h*d_k:(h+1)*d_k of token t."
+            f"{where}: wrong values: head h of token t should hold its features h*d_k:(h+1)*d_k."
         )
     passed("split_heads: head h gets features h*d_k:(h+1)*d_k of each token; 0 to 2 leading axes.")
 
@@ -99,8 +98,7 @@ def check_merge_heads(merge_heads_fn: Callable[[np.ndarray], np.ndarray]) -> Non
         diagnose(got, where, mistakes | _front_axes(front, lead, "heads and seq"), tol=0)
         expect_shape(got, expected.shape, name, "(..., seq, heads * d_k)")
         raise CheckFailed(
-            f"{where}: wrong values: token t should be the heads' d_k-vectors for t, "
-            "joined in head order."
+            f"{where}: wrong values: token t should be its heads' d_k-vectors joined in head order."
         )
     passed("merge_heads: each token is head 0's d_k numbers, head 1's, ...; 0 to 2 leading axes.")
 

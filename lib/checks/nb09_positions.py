@@ -29,11 +29,10 @@ def _shift(k, d, base, *, two=True, sign=-1.0, layout="interleaved", cos_sin=Tru
 def check_sinusoidal_shift(shift_fn: Callable[[int, int, float], np.ndarray]) -> None:
     """Exercise (notebook 09): the matrix R_k with PE[p + k] = PE[p] @ R_k for every p."""
     name = "sinusoidal_shift"
-    refuse = (("lib.positions", "sinusoidal_shift", "POS.sinusoidal_shift"),)
     # With d_model = 64 the slowest pairs turn by 10000^(-62/64) radians a position, too slowly
     # for a least-squares fit on a table to pin them down: the exercise wants the closed form.
     for k, d, base in ((3, 8, 10000.0), (5, 6, 100.0), (-2, 4, 10.0), (3, 64, 10000.0)):
-        got = as_array(call(shift_fn, name, k, d, base, refuse=refuse), name)
+        got = as_array(call(shift_fn, name, k, d, base), name)
         expect_shape(got, (d, d), name, "a (d_model, d_model) matrix")
         expected = POS.sinusoidal_shift(k, d, base)
         if close(got, expected, 1e-9):
@@ -164,7 +163,6 @@ def check_alibi_bias(bias_fn: Callable[[int, int, np.ndarray], np.ndarray]) -> N
     """Exercise (notebook 09): ALiBi's bias (heads, n_q, n_k), queries the last n_q positions;
     only the entries a causal query may attend to are compared."""
     name = "alibi_bias"
-    refuse = (("lib.positions", "alibi_bias", "POS.alibi_bias"),)
     # (heads, n_q, n_k) = (3, 4, 6), (2, 5, 5), and one new query with six cached keys
     for n_q, n_k, slopes in (
         (4, 6, POS.alibi_slopes(3)),
@@ -172,7 +170,7 @@ def check_alibi_bias(bias_fn: Callable[[int, int, np.ndarray], np.ndarray]) -> N
         (1, 7, POS.alibi_slopes(4)),
     ):
         h = len(slopes)
-        got = as_array(call(bias_fn, name, n_q, n_k, slopes, refuse=refuse), name)
+        got = as_array(call(bias_fn, name, n_q, n_k, slopes), name)
         if got.shape == (n_q, n_k, h) != (h, n_q, n_k):
             raise CheckFailed(
                 f"{name}: the heads axis comes first: expected (heads, n_q, n_k) = "

@@ -45,10 +45,9 @@ def check_prefix_matching_score(score_fn: Callable) -> None:
     """Exercise (notebook 11): per head, the mean weight on the token after the previous
     occurrence of the query's token."""
     name = "prefix_matching_score"
-    refuse = (("lib.induction", name, f"IND.{name}"),)  # lib's own answer: refused
     for seed, batch, heads, n, vocab in ((0, 2, 3, 9, 4), (1, 3, 2, 12, 5), (2, 4, 2, 10, 9)):
         pattern, ids = _patterns(seed, batch, heads, n, vocab)
-        got = as_array(call(score_fn, name, pattern, ids, refuse=refuse), name)
+        got = as_array(call(score_fn, name, pattern, ids), name)
         expect_shape(got, (heads,), name, "one score per head, shape (heads,)")
         if close(got, IND.prefix_matching_score(pattern, ids)):
             continue
@@ -106,9 +105,8 @@ def _masked_losses(model, ids, targets, head_masks) -> np.ndarray:
 def check_ablation_losses(ablation_fn: Callable) -> None:
     """Exercise (notebook 11): the loss on repeated places with each head switched off."""
     name = "ablation_losses"
-    refuse = (("lib.induction", name, f"IND.{name}"),)  # lib's own answer: refused
     for model, ids, targets, repeated in _small_models():
-        got = as_array(call(ablation_fn, name, model, ids, targets, repeated, refuse=refuse), name)
+        got = as_array(call(ablation_fn, name, model, ids, targets, repeated), name)
         shape = (model.n_layers, model.n_heads)
         expect_shape(got, shape, name, "one loss per head, shape (n_layers, n_heads)")
         expected = IND.ablation_losses(model, ids, targets, repeated)
@@ -140,11 +138,10 @@ def check_ablation_losses(ablation_fn: Callable) -> None:
 def check_predict_from_pattern(predict_fn: Callable) -> None:
     """Exercise (notebook 11): for each query, the token at the key it attends to most."""
     name = "predict_from_pattern"
-    refuse = (("lib.induction", name, f"IND.{name}"),)  # lib's own answer: refused
     for seed, batch, n, vocab in ((2, 3, 8, 20), (3, 2, 11, 30)):
         pattern, ids = _patterns(seed, batch, 1, n, vocab)
         pattern = pattern[:, 0]  # one head: (batch, n, n)
-        got = as_array(call(predict_fn, name, ids, pattern, refuse=refuse), name)
+        got = as_array(call(predict_fn, name, ids, pattern), name)
         expect_shape(got, (batch, n), name, "one token per query, shape (batch, n)")
         if close(got, IND.predict_from_pattern(ids, pattern)):
             continue

@@ -5,12 +5,13 @@ import math
 
 import numpy as np
 import pytest
-from helpers import attention_lists, lib_causal_mask, lib_padding_mask, rejects, stub
+from helpers import attention_lists, lib_answers, lib_causal_mask, lib_padding_mask, rejects, stub
 
 from lib import attention as A
 from lib import checks
 from lib import lists as L
 
+ANSWERS = lib_answers(A)  # lib's own answers, which the checks refuse, as references
 # --------------------------------------------------------------------------- references
 # Written here independently of the checks' own references.
 
@@ -34,13 +35,13 @@ def split_heads_any(x, n_heads):
     """(..., seq, d_model) -> (..., heads, seq, d_k): A.split_heads on a (batch, seq, d)
     view of every leading axis flattened into one."""
     *lead, seq, d = x.shape
-    out = A.split_heads(x.reshape(-1, seq, d), n_heads)
+    out = ANSWERS.split_heads(x.reshape(-1, seq, d), n_heads)
     return out.reshape(*lead, n_heads, seq, d // n_heads)
 
 
 def merge_heads_any(x):
     *lead, h, seq, d_k = x.shape
-    out = A.merge_heads(x.reshape(-1, h, seq, d_k))
+    out = ANSWERS.merge_heads(x.reshape(-1, h, seq, d_k))
     return out.reshape(*lead, seq, h * d_k)
 
 
@@ -69,7 +70,7 @@ def param_count(d_model, d_source, n_heads, d_k, d_v, bias):
     "check, reference",
     [
         (checks.check_log_softmax_list, lambda row: log_softmax_np(row).tolist()),
-        (checks.check_softmax, A.softmax),
+        (checks.check_softmax, ANSWERS.softmax),
         (checks.check_sliding_window_mask_list, window_mask_np),
         (checks.check_causal_mask, lib_causal_mask),
         (checks.check_padding_mask, lib_padding_mask),
@@ -299,7 +300,9 @@ def test_param_count_mistakes(wrong, fragment):
 
 
 def test_head_checks_accept_references_and_reject_stubs(capsys):
-    from lib import heads as H
+    from lib import heads
+
+    H = lib_answers(heads)  # head_similarity's check refuses lib's own
 
     checks.check_entropy(H.row_entropy)
     checks.check_previous_token_score(lambda w: H.offset_score(w, -1))
@@ -374,8 +377,8 @@ def numpy_attention(Q, K, V, mask=None):
 @pytest.mark.parametrize(
     "answer, label",
     [
-        (lambda Q, K, V, mask=None: L.attention(Q, K, V, mask), "L.attention"),
-        (lists_attention_alias(), "L.attention"),
+        (lambda Q, K, V, mask=None: L.attention(Q, K, V, mask), "lib.lists.attention"),
+        (lists_attention_alias(), "lib.lists.attention"),
         (numpy_attention, "lib's scaled_dot_product_attention"),
     ],
 )
@@ -410,16 +413,16 @@ def test_attention_list_may_use_the_helpers_it_names(capsys):
 
 
 @pytest.mark.parametrize(
-    "check, answer, label",
+    "check, answer, name",
     [
-        (checks.check_causal_mask, lambda n_q, n_k: A.causal_mask(n_q, n_k), "A.causal_mask"),
-        (checks.check_padding_mask, lambda ls, n_k: A.padding_mask(ls, n_k), "A.padding_mask"),
+        (checks.check_causal_mask, lambda n_q, n_k: A.causal_mask(n_q, n_k), "causal_mask"),
+        (checks.check_padding_mask, lambda ls, n_k: A.padding_mask(ls, n_k), "padding_mask"),
     ],
 )
-def test_notebook_02_masks_refuse_lib_s_answer(check, answer, label):
+def test_notebook_02_masks_refuse_lib_s_answer(check, answer, name):
     """Section 5 uses A.causal_mask and A.padding_mask: calling them is not an answer, and
     they work again once the check is done."""
-    name = label.removeprefix("A.")
     message = rejects(check, answer)
-    assert message == f"{name}: this exercise asks you to write it yourself, not to call {label}."
+    ask = f"{name}: this exercise asks you to write it yourself, not to call"
+    assert message == f"{ask} lib.attention.{name}."
     assert A.causal_mask(2, 3).shape == (2, 3) and A.padding_mask([1], 2).shape == (1, 1, 1, 2)

@@ -239,9 +239,9 @@ def test_rope_scores_refuses_lib_rope(answer, label):
     ("check", "answer", "label"),
     [
         ("check_sinusoidal_shift", lambda k, d, base: POS.sinusoidal_shift(k, d, base),
-         "POS.sinusoidal_shift"),
+         "lib.positions.sinusoidal_shift"),
         ("check_alibi_bias", lambda n_q, n_k, slopes: POS.alibi_bias(n_q, n_k, slopes),
-         "POS.alibi_bias"),
+         "lib.positions.alibi_bias"),
     ],
 )  # fmt: skip
 def test_exercises_1_and_3_refuse_lib_s_answer(check, answer, label):

@@ -179,6 +179,7 @@ def test_lib_s_own_answer_is_refused(check, answer, name):
     exercise: calling it is not an answer, and it works again once the check is done."""
     message = rejects(check, lambda *args: answer(*args))
     assert (
-        message == f"{name}: this exercise asks you to write it yourself, not to call IND.{name}."
+        message
+        == f"{name}: this exercise asks you to write it yourself, not to call lib.induction.{name}."
     )
     assert IND.predict_from_pattern(np.array([[3, 4]]), np.eye(2)[None]).tolist() == [[3, 4]]

@@ -8,15 +8,28 @@ raised inside the student's code, and a scan of every message for solution code 
 the notebooks' solution regions.
 """
 
+import importlib
+import inspect
 import math
+import pkgutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import attention_lists, lib_causal_mask, lib_padding_mask, rope_turn, unrefused
+from helpers import (
+    attention_lists,
+    lib_answers,
+    lib_causal_mask,
+    lib_padding_mask,
+    rejects,
+    rope_turn,
+    stub,
+    unrefused,
+)
 from test_checks_10 import NB10_REFERENCES
 from test_checks_11 import NB11_REFERENCES
 
+import lib
 from lib import attention as A
 from lib import checks, head_types, pruning, torch_bridge
 from lib import heads as H
@@ -25,6 +38,11 @@ from lib import positions as POS
 from lib import tiny as T
 from lib.backprop import softmax_backward
 from lib.checks import CheckFailed
+from lib.checks._core import NotAttempted
+
+# lib's answers, unrefused: the references of the checks that refuse them
+A, H, head_types, pruning = (lib_answers(m) for m in (A, H, head_types, pruning))
+softmax_backward = unrefused(softmax_backward)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -177,12 +195,49 @@ REFERENCES.update(NB11_REFERENCES)  # notebook 11's, with its own tests in test_
 TORCH_ANSWERS = {"check_torch_mask", "check_from_torch"}
 
 
+def _exercise_name(check) -> str:
+    """The name a check gives its exercise: the one its "not attempted" error carries."""
+    with pytest.raises(NotAttempted) as info:
+        check.__wrapped__(stub)
+    return info.value.name
+
+
+def _lib_namesakes(name: str) -> list:
+    """lib's functions called ``name``, in every lib module (the checks' aside)."""
+    modules = [importlib.import_module(f"lib.{m.name}") for m in pkgutil.iter_modules(lib.__path__)]
+    return [getattr(m, name) for m in modules if inspect.isfunction(getattr(m, name, None))]
+
+
+NAMESAKES = {  # "check_softmax lib.attention": ("softmax", lib.attention.softmax)
+    f"{name} {fn.__module__}": (name, _exercise_name(check), fn)
+    for name, (check, _) in REFERENCES.items()
+    for fn in _lib_namesakes(_exercise_name(check))
+}
+
+
+def test_the_exercises_lib_answers_by_name_are_found():
+    exercises = {exercise for _, exercise, _ in NAMESAKES.values()}
+    assert {"softmax", "head_similarity", "target_score", "prefix_matching_score"} <= exercises
+    assert len(exercises) >= 20, sorted(exercises)
+
+
+@pytest.mark.parametrize("key", sorted(NAMESAKES))
+def test_a_call_to_lib_s_function_named_like_the_exercise_is_refused(key):
+    """Whatever the arguments, the answer that hands the work to lib's function of the
+    exercise's name fails with the refusal, and that function works again afterwards."""
+    check, exercise, fn = NAMESAKES[key]
+    message = rejects(REFERENCES[check][0], lambda *args: fn(*args))
+    where = f"{fn.__module__}.{exercise}"
+    assert (
+        message == f"{exercise}: this exercise asks you to write it yourself, not to call {where}."
+    )
+    assert fn.__code__.co_name == exercise  # its own code is back
+
+
 def test_every_check_is_covered():
     """A new check in lib.checks must be added to REFERENCES (and so to the tests below)."""
     defined = {name for name in dir(checks) if name.startswith("check_")}
-    missing = sorted(defined - set(REFERENCES))
-    if missing:
-        pytest.skip(f"checks of later notebooks not covered by this file yet: {missing}")
+    assert defined == set(REFERENCES), sorted(defined ^ set(REFERENCES))
 
 
 def run(check, fn):

@@ -513,7 +513,7 @@ def test_lib_s_own_answer_is_refused_in_the_kernel_too(tmp_path):
     assert [c.passed for c in result.checks] == [False, True], result.checks
     assert result.checks[0].message == (
         "CheckFailed: attention: this exercise asks you to write it yourself, not to call "
-        "L.attention."
+        "lib.lists.attention."
     )
 
 
