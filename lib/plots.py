@@ -176,7 +176,7 @@ def plot_head_split(seq: int, d_model: int, n_heads: int):
 
     def arrow(x0, y0, x1, y1, label=""):
         ax.annotate("", (x1 - 0.6, y1), (x0 + 0.6, y0), arrowprops=_ARROW)
-        ax.text((x0 + x1) / 2, max(y0, y1) + 0.4, label, ha="center", va="bottom", fontsize=8)
+        ax.text((x0 + x1) / 2, max(y0, y1) + 0.4, label, ha="center", va="bottom", fontsize=10)
 
     grey, per_column = ["0.75"] * d_model, [c for c in colours for _ in range(d_k)]
     full = f"(seq, d_model)\n= ({seq}, {d_model})"
