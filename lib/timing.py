@@ -14,9 +14,9 @@ def best_time(fn, *args, repeat: int = 3, number: int = 1, budget: float | None 
     seconds per call; ``budget`` (seconds) stops starting new timings once it is spent."""
     repeat, number = valid.integer(repeat, "repeat", low=1), valid.integer(number, "number", low=1)
     times, start = [], time.perf_counter()
-    while len(times) < repeat and (
-        not times or budget is None or time.perf_counter() - start < budget
-    ):
+    for _ in range(repeat):
+        if times and budget is not None and time.perf_counter() - start >= budget:
+            break  # the budget is spent (and there is a timing): start no new one
         t0 = time.perf_counter()
         for _ in range(number):
             fn(*args)
