@@ -93,8 +93,8 @@ class Transformer:
             g = mha_backward(d_x, run.layers[index])
             d_x = d_x + g.pop("x_q") + g.pop("x_kv")  # through the residual and the layer
             grads.update({f"{name}{index}": g[name] for name in LAYER + BIASES if name in g})
-        # tok_emb[ids] is one_hot(ids) @ tok_emb, so its gradient is one_hot^T @ d_x: summed
-        one_hot = np.eye(len(p["tok_emb"]), dtype=d_x.dtype)[run.ids]  # over a token's places
+        # tok_emb[ids] is one_hot @ tok_emb: its gradient, one_hot^T @ d_x, sums a token's places
+        one_hot = np.eye(len(p["tok_emb"]), dtype=d_x.dtype)[run.ids]  # (batch, n', vocab)
         grads["tok_emb"] = weight_gradient(one_hot, d_x)  # (vocab, d)
         if "pos_emb" in p:
             grads["pos_emb"] = np.zeros_like(p["pos_emb"])
