@@ -142,15 +142,12 @@ def init_transformer(
     bos: bool = False,
     biases: bool = False,
     rope: bool = False,
-    dtype=np.float64,
 ) -> Transformer:
     """A freshly initialised :class:`Transformer`: embeddings N(0, 1), attention matrices
     Glorot-uniform, readout N(0, 1/d_model); biases 0. ``max_len``: learned positions for
     that many places (None: no positions). ``bos``: one more token id, ``vocab_size``, put
-    in front of every sequence. ``rope``: rotary positions (notebook 09) in every layer.
-    ``dtype``: the parameters' dtype; float32 moves half the bytes of float64 at every step."""
+    in front of every sequence. ``rope``: rotary positions (notebook 09) in every layer."""
     valid.heads(d_model, n_heads)
-    dtype = valid.float_dtype(dtype)
     for name, value in dict(vocab_size=vocab_size, n_layers=n_layers).items():
         valid.integer(value, name, low=1)
     if max_len is not None:
@@ -166,5 +163,4 @@ def init_transformer(
     p["W_out"] = rng.normal(0.0, 1.0 / math.sqrt(d_model), (d_model, vocab_size))
     if biases:
         p["b_out"] = np.zeros(vocab_size)
-    p = {name: value.astype(dtype) for name, value in p.items()}  # drawn in float64 first
     return Transformer(p, n_heads, vocab_size if bos else None, RoPE() if rope else None)
