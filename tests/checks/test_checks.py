@@ -8,7 +8,7 @@ import pytest
 from helpers import attention_lists, lib_answers, lib_causal_mask, lib_padding_mask, rejects, stub
 
 from lib import attention as A
-from lib import checks
+from lib import checks, heads
 from lib import lists as L
 
 ANSWERS = lib_answers(A)  # lib's own answers, which the checks refuse, as references
@@ -297,6 +297,23 @@ def test_param_count_mistakes(wrong, fragment):
 
 
 # --------------------------------------------------------------------------- looking at heads
+
+
+@pytest.mark.parametrize(
+    "check, answer, label",
+    [
+        (checks.check_entropy, lambda w: heads.row_entropy(w), "H.row_entropy"),
+        (checks.check_previous_token_score, lambda w: heads.offset_score(w, -1), "H.offset_score"),
+    ],
+)
+def test_notebook_04_checks_refuse_lib_s_answer(check, answer, label):
+    """lib's row_entropy and offset_score answer exercises 1 and 2 in one call: refused, and
+    they work again once the check is done."""
+    name = check.__name__.removeprefix("check_")
+    message = rejects(check, answer)
+    assert message == f"{name}: this exercise asks you to write it yourself, not to call {label}."
+    w = np.full((1, 1, 2, 2), 0.5)  # (batch, heads, n, n): every row even
+    assert np.allclose(heads.row_entropy(w), np.log(2)) and heads.offset_score(w, -1) == 0.5
 
 
 def test_head_checks_accept_references_and_reject_stubs(capsys):
