@@ -46,12 +46,15 @@ def unrefused(fn):
 
 
 def lib_answers(module) -> types.SimpleNamespace:
-    """The lib ``module`` with its functions as :func:`unrefused` copies: a check refuses lib's
-    function named like its exercise, which tests use as the reference or build mutants from."""
-    names = vars(module).items()
-    return types.SimpleNamespace(
-        **{k: unrefused(v) if isinstance(v, types.FunctionType) else v for k, v in names}
-    )
+    """The lib ``module`` with its functions as copies that a refusal does not reach, calling
+    one another's copies: a check refuses lib's answer to its exercise (or a function of the
+    module that answer calls), which tests use as the reference or build mutants from."""
+    names = dict(vars(module))  # the copies' globals: calls inside the module reach copies
+    for name, value in vars(module).items():
+        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            names[name] = types.FunctionType(value.__code__, names, name, value.__defaults__)
+            names[name].__kwdefaults__ = value.__kwdefaults__
+    return types.SimpleNamespace(**names)
 
 
 # notebook 02's masks as lib computes them, for references and mutants of its checks

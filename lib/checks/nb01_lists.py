@@ -254,8 +254,7 @@ def _attention_case(attention_fn, name, q, k, v, mask, hints=(), overflow=None):
     shape_w, shape_o = (n_q, n_k), (n_q, v.shape[-1])
     if shape_w != shape_o and (out.shape, weights.shape) == (shape_w, shape_o):
         raise CheckFailed(
-            f"{name}: you returned (weights, output); "
-            "return the pair in the order (output, weights)."
+            f"{name}: you returned (weights, output); return them in the order (output, weights)."
         )
     expect_shape(weights, shape_w, name, "weights (..., n_q, n_k)")
     with np.errstate(all="ignore"):

@@ -52,8 +52,7 @@ def check_ablation_drops(drops_fn: Callable) -> None:
         }
         diagnose(got, name, mistakes, tol=1e-9)
         raise CheckFailed(
-            f"{name}: wrong values; set entry h of an all-ones head mask to 0 and compare "
-            "accuracies."
+            f"{name}: wrong values; set entry h of an all-ones head mask to 0, compare accuracies."
         )
     passed("ablation_drops: base accuracy minus accuracy with one head off, per head.")
 

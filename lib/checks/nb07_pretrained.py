@@ -111,8 +111,7 @@ def _read_head_answer(name: str, got) -> tuple[int, int, float]:
     score_arr = np.asarray(score) if not isinstance(score, str) else None
     if score_arr is None or score_arr.size != 1 or not np.issubdtype(score_arr.dtype, np.number):
         raise CheckFailed(
-            f"{name}: the score must be one number, the winning head's score, got "
-            f"{describe(score)}."
+            f"{name}: the score must be one number, the winning head's, got {describe(score)}."
         )
     return layer, head, float(score_arr)
 
@@ -128,6 +127,7 @@ def check_find_offset_head(find_fn: Callable[[np.ndarray, np.ndarray, int], tupl
     """Exercise (notebook 07): the (layer, head, score) of the head that puts the most weight on
     key i + offset, over the queries that have such a key among their sentence's real tokens."""
     name = "find_offset_head"
+    refuse = (("lib.head_types", "offset_masks", "HT.offset_masks"),)  # lib's targets: refused
     for seed, planted, layers, heads, lengths, offsets in (
         (71, {-1: (2, 1), 1: (0, 3), -2: (1, 2), 2: (2, 0)}, 3, 4, [7, 4, 6], (-1, 2)),
         (72, {-1: (1, 4), 1: (0, 2), -2: (0, 0), 2: (1, 1)}, 2, 5, [5, 6, 8, 3], (1, -2)),
@@ -138,7 +138,7 @@ def check_find_offset_head(find_fn: Callable[[np.ndarray, np.ndarray, int], tupl
         pair = mask[:, :, None] & mask[:, None, :]  # (batch, n_q, n_k): both real
 
         for offset in offsets:
-            got = _read_head_answer(name, call(find_fn, name, w, mask, offset))
+            got = _read_head_answer(name, call(find_fn, name, w, mask, offset, refuse=refuse))
             targets, queries = HT.offset_masks(mask, offset)
             want = layer, head, score = _top(w, targets, queries)
             if got[:2] == want[:2] and close(got[2], score):
@@ -180,6 +180,7 @@ def check_find_offset_head(find_fn: Callable[[np.ndarray, np.ndarray, int], tupl
 def check_coreference_accuracy(acc_fn: Callable[..., np.ndarray]) -> None:
     """Exercise (notebook 07): per head, how often the pronoun prefers its antecedent."""
     name = "coreference_accuracy"
+    refuse = (("lib.head_types", "coreference_wins", "HT.coreference_wins"),)  # mean = answer
     for seed, layers, heads, lengths in (
         (73, 2, 3, [8, 6, 8, 7, 5]),
         (74, 3, 2, [6, 9, 7, 5, 8, 6]),
@@ -190,7 +191,7 @@ def check_coreference_accuracy(acc_fn: Callable[..., np.ndarray]) -> None:
         a, d, p = np.array(picks).T
         tie = w[0, 0, 1, p[0], a[0]] + w[0, 0, 1, p[0], d[0]]  # plant an exact tie
         w[0, 0, 1, p[0], a[0]] = w[0, 0, 1, p[0], d[0]] = tie / 2
-        got = as_array(call(acc_fn, name, w, p, a, d), name)
+        got = as_array(call(acc_fn, name, w, p, a, d, refuse=refuse), name)
         expect_shape(got, (layers, heads), name, "one accuracy per head, (layers, heads)")
         if close(got, HT.coreference_accuracy(w, p, a, d)):
             continue

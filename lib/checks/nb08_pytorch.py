@@ -197,8 +197,7 @@ def check_from_torch(from_torch_fn: Callable) -> None:
                     "holds b_q, then b_k, then b_v, like the weight's blocks."
                 )
             raise CheckFailed(
-                f"{name}: b_q, b_k, b_v have wrong values; they are the three thirds of "
-                "in_proj_bias."
+                f"{name}: b_q, b_k, b_v have wrong values; they are the thirds of in_proj_bias."
             )
         if not close(got.b_o, want.b_o):
             raise CheckFailed(f"{name}: b_o has wrong values; it is out_proj.bias.")

@@ -5,7 +5,7 @@ import pytest
 from helpers import lib_answers, rejects, stub
 from test_checks_robustness import find_offset_head
 
-from lib import checks
+from lib import checks, head_types
 from lib import head_types as HT
 
 # lib's answers, unrefused: the references of the checks that refuse them
@@ -24,6 +24,33 @@ def test_reference_passes_and_stub_is_reported(check, reference, capsys):
     check(reference)
     assert capsys.readouterr().out.startswith("✓")
     rejects(check, stub, "not implemented yet")
+
+
+@pytest.mark.parametrize(
+    "check, answer, label",
+    [
+        (
+            checks.check_find_offset_head,
+            lambda w, m, o: head_types.offset_masks(m, o),
+            "offset_masks",
+        ),
+        (
+            checks.check_coreference_accuracy,
+            lambda w, p, a, d: head_types.coreference_wins(w, p, a, d).mean(axis=1),
+            "coreference_wins",
+        ),
+    ],
+)
+def test_lib_s_parts_of_the_answer_are_refused(check, answer, label):
+    """HT.offset_masks builds exercise 2's targets, HT.coreference_wins is exercise 3 but for
+    a mean: refused while the answer runs, and they work again once the check is done."""
+    name = check.__name__.removeprefix("check_")
+    message = rejects(check, answer)
+    assert (
+        message == f"{name}: this exercise asks you to write it yourself, not to call HT.{label}."
+    )
+    targets, queries = head_types.offset_masks(np.ones((1, 3), dtype=bool), -1)
+    assert targets.shape == (1, 3, 3) and queries.tolist() == [[False, True, True]]
 
 
 # --------------------------------------------------------------------------- target_score
