@@ -232,7 +232,7 @@ def _same_weights(got_w, wrong_w) -> bool:
     return bool(rest_ok and np.allclose(got_w[finite], wrong_w[finite], rtol=1e-7, atol=1e-7))
 
 
-# lib's attention functions (and L.attention, the exercise's namesake): refused while it runs
+# lib's other attention functions (L.attention, the namesake, is refused by call() itself)
 _LIB_ATTENTION = (
     ("lib.lists", "multi_head_attention", "L.multi_head_attention"),
     ("lib.attention", "scaled_dot_product_attention", "lib's scaled_dot_product_attention"),

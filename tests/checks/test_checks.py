@@ -427,19 +427,3 @@ def test_attention_list_may_use_the_helpers_it_names(capsys):
 
     checks.check_attention_list(attention)
     assert capsys.readouterr().out.startswith("✓")
-
-
-@pytest.mark.parametrize(
-    "check, answer, name",
-    [
-        (checks.check_causal_mask, lambda n_q, n_k: A.causal_mask(n_q, n_k), "causal_mask"),
-        (checks.check_padding_mask, lambda ls, n_k: A.padding_mask(ls, n_k), "padding_mask"),
-    ],
-)
-def test_notebook_02_masks_refuse_lib_s_answer(check, answer, name):
-    """Section 5 uses A.causal_mask and A.padding_mask: calling them is not an answer, and
-    they work again once the check is done."""
-    message = rejects(check, answer)
-    ask = f"{name}: this exercise asks you to write it yourself, not to call"
-    assert message == f"{ask} lib.attention.{name}."
-    assert A.causal_mask(2, 3).shape == (2, 3) and A.padding_mask([1], 2).shape == (1, 1, 1, 2)

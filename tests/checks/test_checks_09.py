@@ -233,25 +233,3 @@ def test_rope_scores_refuses_lib_rope(answer, label):
         POS.rope_rotate(x, np.arange(3)),
         POS.RoPE().rotate(x, *POS.RoPE().cos_sin(np.arange(3), 4, x.dtype)),
     )
-
-
-@pytest.mark.parametrize(
-    ("check", "answer", "label"),
-    [
-        ("check_sinusoidal_shift", lambda k, d, base: POS.sinusoidal_shift(k, d, base),
-         "lib.positions.sinusoidal_shift"),
-        ("check_alibi_bias", lambda n_q, n_k, slopes: POS.alibi_bias(n_q, n_k, slopes),
-         "lib.positions.alibi_bias"),
-    ],
-)  # fmt: skip
-def test_exercises_1_and_3_refuse_lib_s_answer(check, answer, label):
-    """Exercises 1 and 3 come before lib's versions are used, which are still importable: a
-    call to them is refused while the answer runs, and they work again afterwards."""
-    name = check.removeprefix("check_")
-    with pytest.raises(CheckFailed) as info:
-        getattr(checks, check)(answer)
-    assert str(info.value) == (
-        f"{name}: this exercise asks you to write it yourself, not to call {label}."
-    )
-    assert POS.sinusoidal_shift(1, 4).shape == (4, 4)
-    assert POS.alibi_bias(2, 3, np.ones(1)).shape == (1, 2, 3)

@@ -5,11 +5,9 @@ of solution code) and tests/checks/test_check_mutants.py (each mutant its own me
 hard-coded answer fails)."""
 
 import numpy as np
-import pytest
 from helpers import rejects, stub
 
 from lib import checks
-from lib import induction as IND
 from lib import tiny as T
 
 # --------------------------------------------------------------------------- references
@@ -160,26 +158,3 @@ def test_a_vectorised_prefix_matching_score_passes():
         return pattern[b, :, i, last[b, i] + 1].mean(axis=0)
 
     checks.check_prefix_matching_score(score)
-
-
-@pytest.mark.parametrize(
-    "check, answer, name",
-    [
-        (checks.check_prefix_matching_score, IND.prefix_matching_score, "prefix_matching_score"),
-        (checks.check_ablation_losses, IND.ablation_losses, "ablation_losses"),
-        (
-            checks.check_predict_from_pattern,
-            lambda ids, pattern: IND.predict_from_pattern(ids, pattern),
-            "predict_from_pattern",
-        ),
-    ],
-)
-def test_lib_s_own_answer_is_refused(check, answer, name):
-    """Each exercise's function is in lib.induction, which the notebook uses right after the
-    exercise: calling it is not an answer, and it works again once the check is done."""
-    message = rejects(check, lambda *args: answer(*args))
-    assert (
-        message
-        == f"{name}: this exercise asks you to write it yourself, not to call lib.induction.{name}."
-    )
-    assert IND.predict_from_pattern(np.array([[3, 4]]), np.eye(2)[None]).tolist() == [[3, 4]]
