@@ -10,12 +10,13 @@ from ._core import CheckFailed, as_array, call, close, diagnose, exercise, expec
 
 
 def _answers(fn, name: str, cases, shape, what: str, refuse=()):
-    """For each case's causal attention weights (batch, heads, n, n), with some exact zeros
-    and a one-hot row: (the weights, the answer on them, checked to be of ``shape(w)``)."""
-    for seed, batch, heads, n in cases:
-        scores = np.random.default_rng(seed).normal(scale=2.0, size=(batch, heads, n, n))
+    """For each case (seed, leading axes, n), causal attention weights (*leading, n, n), with
+    exact zeros and one-hot rows: (the weights, the answer on them, checked to be of
+    ``shape(w)``)."""
+    for seed, leading, n in cases:
+        scores = np.random.default_rng(seed).normal(scale=2.0, size=(*leading, n, n))
         w = A.softmax(np.where(A.causal_mask(n), scores, -np.inf))
-        w[0, 0, 2] = np.eye(n)[1]  # a one-hot row
+        w[..., 2, :] = np.eye(n)[1]  # one-hot rows
         got = as_array(call(fn, name, w, refuse=refuse), name)
         expect_shape(got, shape(w), name, what)
         yield w, got
@@ -25,7 +26,8 @@ def _answers(fn, name: str, cases, shape, what: str, refuse=()):
 def check_entropy(entropy_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 04): entropy in nats of every attention row, (..., n_k) -> (...)."""
     name = "entropy"
-    cases, what = ((0, 2, 3, 5), (10, 3, 2, 6)), "one entropy per row, shape (..., n_q)"
+    cases = ((0, (2, 3), 5), (10, (3, 2), 6), (20, (3,), 4))  # (batch, heads, n, n), (heads, n, n)
+    what = "one entropy per row, shape (..., n_q)"
     refuse = (("lib.heads", "row_entropy", "H.row_entropy"),)  # lib's answer: refused
     for w, got in _answers(entropy_fn, name, cases, lambda w: w.shape[:-1], what, refuse):
         expected = H.row_entropy(w)
@@ -55,7 +57,7 @@ def check_entropy(entropy_fn: Callable[[np.ndarray], np.ndarray]) -> None:
 def check_previous_token_score(score_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 04): mean weight on the previous token, per head."""
     name = "previous_token_score"
-    cases, what = ((1, 2, 3, 5), (11, 3, 4, 6)), "one score per head, shape (heads,)"
+    cases, what = ((1, (2, 3), 5), (11, (3, 4), 6)), "one score per head, shape (heads,)"
     refuse = (("lib.heads", "offset_score", "H.offset_score"),)  # lib's answer: refused
     for w, got in _answers(score_fn, name, cases, lambda w: w.shape[1:2], what, refuse):
         if close(got, H.offset_score(w, -1)):
@@ -85,7 +87,7 @@ def check_previous_token_score(score_fn: Callable[[np.ndarray], np.ndarray]) -> 
 def check_head_similarity(similarity_fn: Callable[[np.ndarray], np.ndarray]) -> None:
     """Exercise (notebook 04): cosine similarity between heads, (batch, heads, n, n) -> (h, h)."""
     name = "head_similarity"
-    cases, what = ((2, 2, 4, 5), (12, 3, 2, 4)), "a (heads, heads) matrix"
+    cases, what = ((2, (2, 4), 5), (12, (3, 2), 4)), "a (heads, heads) matrix"
     for w, got in _answers(similarity_fn, name, cases, lambda w: (w.shape[1],) * 2, what):
         if close(got, H.head_similarity(w), tol=1e-6):
             continue

@@ -339,6 +339,8 @@ def test_entropy_mistakes():
     rejects(checks.check_entropy, lambda w: (w * np.log(np.where(w > 0, w, 1))).sum(-1), "negative")
     rejects(checks.check_entropy, lambda w: -(w * np.log2(np.where(w > 0, w, 1))).sum(-1), "base 2")
     rejects(checks.check_entropy, lambda w: -(w * np.log(np.where(w > 0, w, 1))).sum(), "shape")
+    # an answer written for (batch, heads, n, n) alone fails on (heads, n, n), naming the axis
+    rejects(checks.check_entropy, lambda w: -(w * np.log(np.where(w > 0, w, 1))).sum(3), "axis 3")
 
 
 def test_previous_token_score_mistakes():
