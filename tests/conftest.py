@@ -1,6 +1,7 @@
 """Shared by every test: the hypothesis profiles, the BLAS kernels in the header, the option
-``--nbval-figures`` (tests/figures.py), and the tests/ folder on the import path, so that a
-test in any group imports the shared helpers (``from tolerances import ...``,
+``--nbval-figures`` (tests/figures.py), nbval's kernels started again when one dies before it
+answers (tests/nbval_kernels.py), and the tests/ folder on the import path, so that a test in
+any group imports the shared helpers (``from tolerances import ...``,
 ``from helpers import ...``)."""
 
 import os
@@ -13,7 +14,9 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from figures import pytest_addoption, pytest_configure  # noqa: E402, F401  (--nbval-figures)
+import figures  # noqa: E402
+import nbval_kernels  # noqa: E402
+from figures import pytest_addoption  # noqa: E402, F401  (--nbval-figures)
 
 # In CI the examples are derandomised so a run is reproducible; locally they vary. Both print
 # a failing example's @reproduce_failure blob, which replays it anywhere (README, "Tests"):
@@ -66,3 +69,9 @@ def pytest_report_header(config):
         if info["user_api"] == "blas"
     ]
     return f"BLAS kernels: {', '.join(blas) or 'none found'} (NumPy {np.__version__})"
+
+
+def pytest_configure(config):
+    figures.pytest_configure(config)
+    if config.pluginmanager.hasplugin("nbval"):  # not in the Colab-like environment
+        nbval_kernels.install()

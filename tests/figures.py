@@ -86,8 +86,8 @@ def install() -> None:
     IPyNbCell.compare_outputs = compare_outputs
 
 
-# As a pytest plugin: tests/conftest.py re-exports these hooks (`make test` passes the
-# option); `python -m pytest -p figures ...` with tests/ on the path loads them alone.
+# As a pytest plugin: tests/conftest.py calls these hooks (`make test` passes the option);
+# `python -m pytest -p figures ...` with tests/ on the path loads them alone.
 def pytest_addoption(parser):
     parser.addoption(
         "--nbval-figures",

@@ -1,6 +1,8 @@
 """Helpers shared by the test files (not a test module itself)."""
 
 import contextlib
+import json
+import sys
 import types
 from pathlib import Path
 
@@ -121,3 +123,35 @@ def kernel_sizes(**sizes):
     finally:
         for name, value in old.items():
             setattr(BW, name, value)
+
+
+# --------------------------------------------------------------------------- Jupyter kernels
+
+PORT_TAKEN = """
+import json, pathlib, runpy, socket, sys
+connection, count, times = sys.argv[1], pathlib.Path(sys.argv[2]), int(sys.argv[3])
+starts = int(count.read_text()) + 1 if count.exists() else 1
+count.write_text(str(starts))
+if starts <= times:
+    info = json.loads(pathlib.Path(connection).read_text())
+    taken = socket.socket()
+    taken.bind((info["ip"], info["shell_port"]))
+    taken.listen()
+sys.argv = ["ipykernel_launcher", "-f", connection]
+runpy.run_module("ipykernel_launcher", run_name="__main__")
+"""
+
+
+def kernel_losing_the_port_race(folder: Path, times: int) -> tuple[Path, Path]:
+    """A kernel "python3" whose first ``times`` starts find their shell port taken, as when
+    another kernel binds it first (Jupyter's port race): they die of "Address already in use"
+    before they answer. Returns (the folder to put on JUPYTER_PATH, the file counting starts)."""
+    script, count = folder / "port_taken.py", folder / "starts"
+    script.write_text(PORT_TAKEN)
+    spec = folder / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, str(script), "{connection_file}", str(count), str(times)]
+    spec.joinpath("kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"})
+    )
+    return folder / "jupyter", count

@@ -78,9 +78,9 @@ def test_nbval_with_the_option_fails_on_a_changed_stored_figure(tmp_path):
         "PYTHONPATH": str(ROOT / "tests"),
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
     }
-    # nbval and the option's plugin only: loading every installed plugin took a second a run
+    # nbval and the course's plugins only: loading every installed plugin took a second a run
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "--disable-plugin-autoload", "-p", "nbval", "-p", "figures",
+               "--disable-plugin-autoload", "-p", "nbval", "-p", "figures", "-p", "nbval_kernels",
                "--nbval", "--nbval-current-env", "--nbval-figures", str(path)]  # fmt: skip
 
     # the outputs the cell gives, with another figure in place of the one it draws
@@ -90,9 +90,9 @@ def test_nbval_with_the_option_fails_on_a_changed_stored_figure(tmp_path):
     nb.cells[0].outputs[0]["data"]["image/png"] = draw()
     nbformat.write(nb, path)
     wrong = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert wrong.returncode == 1, wrong.stdout[-2000:]
-    assert "px, the stored one" in wrong.stdout, wrong.stdout[-2000:]
+    assert wrong.returncode == 1, wrong.stdout[-2000:] + wrong.stderr[-1000:]
+    assert "px, the stored one" in wrong.stdout, wrong.stdout[-2000:] + wrong.stderr[-1000:]
     # without the option nbval passes it: figures are not compared (make test passes it)
     command.remove("--nbval-figures")
     blind = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert blind.returncode == 0, blind.stdout[-2000:]
+    assert blind.returncode == 0, blind.stdout[-2000:] + blind.stderr[-1000:]

@@ -5,11 +5,11 @@ saved as nbformat 4.0 without cell ids, the gradebook, and the choice of cells t
 import csv
 import json
 import os
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from helpers import kernel_losing_the_port_race
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
@@ -276,35 +276,13 @@ def test_one_hanging_or_exiting_exercise_costs_only_itself(tmp_path):
 # grabbed it (Jupyter picks free ports, the kernel binds them a second later): it holds the
 # shell port itself, then starts ipykernel, which dies of "Address already in use". It does
 # so the first ``times`` starts, counted in a file.
-PORT_TAKEN = """
-import json, pathlib, runpy, socket, sys
-connection, count, times = sys.argv[1], pathlib.Path(sys.argv[2]), int(sys.argv[3])
-starts = int(count.read_text()) + 1 if count.exists() else 1
-count.write_text(str(starts))
-if starts <= times:
-    info = json.loads(pathlib.Path(connection).read_text())
-    taken = socket.socket()
-    taken.bind((info["ip"], info["shell_port"]))
-    taken.listen()
-sys.argv = ["ipykernel_launcher", "-f", connection]
-runpy.run_module("ipykernel_launcher", run_name="__main__")
-"""
-
-
 def kernel_with_ports_taken(tmp_path, monkeypatch, times):
-    """Make "python3" the kernel above (JUPYTER_PATH), run as the tests' own user, and let the
-    grader start it twice, not three times (a start that fails costs about 2 s); return the
-    file counting its starts."""
+    """Make "python3" a kernel that loses the race for its ports ``times`` times (JUPYTER_PATH),
+    run as the tests' own user, and let the grader start it twice, not three times (a start
+    that fails costs about 2 s); return the file counting its starts."""
     monkeypatch.setattr(grade, "START_ATTEMPTS", 2)
-    script, count = tmp_path / "port_taken.py", tmp_path / "starts"
-    script.write_text(PORT_TAKEN)
-    spec = tmp_path / "jupyter" / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    argv = [sys.executable, str(script), "{connection_file}", str(count), str(times)]
-    spec.joinpath("kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"})
-    )
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    jupyter_path, count = kernel_losing_the_port_race(tmp_path, times)
+    monkeypatch.setenv("JUPYTER_PATH", str(jupyter_path))
     monkeypatch.setenv("AUTOGRADER_STUDENT_USER", "")
     return count
 
