@@ -3,6 +3,7 @@ circuit, over several seeds?
 
     python bench/induction_sizes.py            # 6 seeds of each setting below
     python bench/induction_sizes.py --seeds 3  # quicker
+    python bench/induction_sizes.py --store    # write data/induction_runs.json (see below)
 
 Each setting trains the notebook's 2-layer, 2-head model with RoPE, in float64 as the
 notebook does, on the notebook's task (24 token types, 25 tokens, a repeated segment of 8)
@@ -14,13 +15,22 @@ Seeded, with one BLAS thread: the numbers depend neither on the load nor, in flo
 BLAS kernels (in float32 they do: training amplifies the kernels' different rounding). This
 is not a timing; the cheaper settings see fewer sequences, batch x steps, or carry a smaller
 model.
+
+``--store`` writes, instead, the logs of the notebook's setting for seeds 0, 1 and 2 to
+``data/induction_runs.json``: every 25 steps, both held-out losses and each head's
+previous-token (layer 0) and prefix-matching (layer 1) score, as the notebook's ``train``
+logs them. Section 3 of the notebook trains seed 0 itself, checks that it equals the stored
+seed 0, and plots all three from the file. Then run ``make notebooks-links``, which copies the
+file into ``lib/data/``.
 """
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
@@ -44,44 +54,62 @@ SETTINGS = [
 
 
 def train(d_model, batch, lr, steps, seed, held):
-    """The notebook's training loop; returns what it logs on the held-out sequences."""
+    """The notebook's training loop; returns what it logs on the held-out sequences: per
+    entry, a list with one item every EVERY steps."""
     held_ids, held_targets, held_repeated = held
     initial = np.random.default_rng(seed)  # the initial weights, as the notebook's new_model
     model = TR.init_transformer(VOCAB, 2, 2, initial, d_model=d_model, rope=True)
-    rng, adam, log = np.random.default_rng(100 + seed), T.Adam(lr=lr), []
+    rng, adam = np.random.default_rng(100 + seed), T.Adam(lr=lr)
+    log = {"step": [], "repeated": [], "fresh": [], "previous_token": [], "prefix_matching": []}
     for step in range(1, steps + 1):
         ids, targets, _ = IND.repeated_segment_task(batch, SEQ_LEN, VOCAB, SEGMENT, rng)
         adam.step(model.params, model.loss_and_grads(ids, targets)[1])
         if step % EVERY == 0:
             logits, run = model.forward(held_ids)
-            loss = T.cross_entropy(logits, np.where(held_repeated, held_targets, -1))[0]
-            previous = H.offset_score(run.patterns[0], -1).max()
-            prefix = IND.prefix_matching_score(run.patterns[1], held_ids).max()
-            log.append((step, loss, previous, prefix))
-    return np.array(log)
+            log["step"].append(step)
+            for name, scored in (("repeated", held_repeated), ("fresh", ~held_repeated)):
+                log[name].append(T.cross_entropy(logits, np.where(scored, held_targets, -1))[0])
+            log["previous_token"].append(H.offset_score(run.patterns[0], -1).tolist())
+            log["prefix_matching"].append(
+                IND.prefix_matching_score(run.patterns[1], held_ids).tolist()
+            )
+    return log
+
+
+def store(held, path: Path) -> None:
+    """The notebook's setting, seeds 0-2, logged as its section 3 logs them, to ``path``."""
+    runs = {str(seed): train(*SETTINGS[0], seed, held) for seed in range(3)}
+    lines = [f'  "{seed}": {json.dumps(log)}' for seed, log in runs.items()]  # a seed a line
+    path.write_text("{\n" + ",\n".join(lines) + "\n}\n")
+    print(f"wrote {path.relative_to(ROOT)}: seeds {', '.join(runs)}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=6, help="seeds 0 .. N-1 (default 6)")
+    parser.add_argument("--store", action="store_true", help="write data/induction_runs.json")
     args = parser.parse_args(argv)
     threadpool_limits(1)
     held = IND.repeated_segment_task(256, SEQ_LEN, VOCAB, SEGMENT, np.random.default_rng(11))
+    if args.store:
+        store(held, ROOT / "data" / "induction_runs.json")
+        return 0
     bar_previous = 4 * IND.uniform_previous_token(SEQ_LEN)
     bar_prefix = 4 * IND.uniform_prefix_matching(held[0])
     print(f"formed: previous-token > {bar_previous:.2f} and prefix-matching > {bar_prefix:.2f}")
-    for d_model, batch, lr, steps in SETTINGS:
+    for setting in SETTINGS:
+        d_model, batch, lr, steps = setting
         rows, formed = [], 0
         for seed in range(args.seeds):
-            log = train(d_model, batch, lr, steps, seed, held)
-            start, end = log[0, 1], log[-1, 1]
-            drop = int(log[np.argmax(log[:, 1] < (start + end) / 2), 0])
-            ok = log[-1, 2] > bar_previous and log[-1, 3] > bar_prefix
+            log = {key: np.array(values) for key, values in train(*setting, seed, held).items()}
+            loss, start, end = log["repeated"], log["repeated"][0], log["repeated"][-1]
+            drop = int(log["step"][np.argmax(loss < (start + end) / 2)])
+            previous, prefix = log["previous_token"][-1].max(), log["prefix_matching"][-1].max()
+            ok = previous > bar_previous and prefix > bar_prefix
             formed += ok
             rows.append(
                 f"  seed {seed}: drop at {drop:4d}, end loss {end:.2f}, previous-token "
-                f"{log[-1, 2]:.2f}, prefix-matching {log[-1, 3]:.2f}"
-                + ("" if ok else "  (not formed)")
+                f"{previous:.2f}, prefix-matching {prefix:.2f}" + ("" if ok else "  (not formed)")
             )
         print(
             f"\nd_model {d_model}, batch {batch}, lr {lr}, {steps} steps ({batch * steps} "

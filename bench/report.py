@@ -92,7 +92,9 @@ than the notebook can afford; its runs are in `bench/results/2026-11-26-position
 `python bench/induction_sizes.py` is not a timing either: it trains notebook 11's model at
 cheaper settings (smaller d_model or batch, a larger learning rate, fewer steps) over six seeds
 and counts the seeds where the induction circuit forms; its run is in
-`bench/results/2026-11-29-induction-sizes.txt`.
+`bench/results/2026-11-29-induction-sizes.txt`. With `--store` it writes the training logs of
+the notebook's seeds 0 to 2 to `data/induction_runs.json`, which the notebook plots after
+checking that its own run of seed 0 equals the stored one.
 """
 
 

@@ -7,11 +7,13 @@ way). nbval starts each notebook's kernel once and throws the kernel's stderr aw
 notebook then fails at its first cell with "Kernel died before replying to kernel_info" and
 no reason. Such a kernel has run none of the notebook's code, so a new one, with new ports,
 changes nothing a test checks. Each new start is reported as a warning with the dead
-kernel's last line of stderr, which names the cause.
+kernel's last line of stderr, which names the cause. Tests that run a notebook themselves,
+with nbclient, do the same through :func:`execute_notebook`.
 """
 
 from __future__ import annotations
 
+import atexit
 import tempfile
 import warnings
 
@@ -50,6 +52,24 @@ def install() -> None:
 
     start_new_kernel.starts_again = True
     kernel.start_new_kernel = start_new_kernel
+
+
+def execute_notebook(nb, **options) -> None:
+    """``NotebookClient(nb, kernel_name="python3", **options).execute()``, with a new kernel
+    when the kernel dies before it answers (nbclient keeps no stderr, so the warning cannot
+    say why; the notebook has run none of its cells then)."""
+    from nbclient import NotebookClient
+
+    for attempt in range(1, ATTEMPTS + 1):
+        client = NotebookClient(nb, kernel_name="python3", **options)
+        try:
+            client.execute()
+            return
+        except RuntimeError as exc:
+            if "died before replying" not in str(exc) or attempt == ATTEMPTS:
+                raise  # a kernel dying while it runs a cell is not this race
+            atexit.unregister(client._cleanup_kernel)  # cleaned up already: it would fail at exit
+            warnings.warn(f"{exc}: started a new kernel", stacklevel=2)
 
 
 def pytest_configure(config):  # as a plugin of its own: python -m pytest -p nbval_kernels

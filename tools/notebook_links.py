@@ -37,7 +37,8 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA_FILES = ("probe_sentences.json",)  # data/ files read at run time, shipped in lib/data/
+# the files of data/ that notebooks read at run time, shipped as copies in lib/data/
+DATA_FILES = ("probe_sentences.json", "induction_runs.json")
 BRANCH = "main"
 STUDENT_BRANCH = "student"  # the student release, published by .github/workflows/student.yml
 SETUP_CELL_ID = "setup"

@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from figures import compare_figures, figure_difference  # noqa: E402
 from helpers import ROOT  # noqa: E402
+from nbval_kernels import execute_notebook  # noqa: E402
 
 from lib import plots  # noqa: E402
 
@@ -84,9 +85,7 @@ def test_nbval_with_the_option_fails_on_a_changed_stored_figure(tmp_path):
                "--nbval", "--nbval-current-env", "--nbval-figures", str(path)]  # fmt: skip
 
     # the outputs the cell gives, with another figure in place of the one it draws
-    from nbclient import NotebookClient
-
-    NotebookClient(nb, kernel_name="python3").execute()
+    execute_notebook(nb)
     nb.cells[0].outputs[0]["data"]["image/png"] = draw()
     nbformat.write(nb, path)
     wrong = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)

@@ -7,6 +7,7 @@ import sys
 import nbformat
 import pytest
 from helpers import ROOT, kernel_losing_the_port_race
+from nbval_kernels import execute_notebook
 
 
 def test_a_kernel_that_loses_the_race_for_its_ports_is_started_again(tmp_path):
@@ -36,3 +37,13 @@ def test_make_test_runs_the_notebooks_with_the_plugin():
         "nbval.kernel", reason="nbval is not installed (requirements-dev.txt)"
     )
     assert getattr(kernel.start_new_kernel, "starts_again", False)  # tests/conftest.py put it in
+
+
+def test_a_notebook_run_by_a_test_gets_a_new_kernel_too(tmp_path, monkeypatch):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    jupyter_path, starts = kernel_losing_the_port_race(tmp_path, times=1)
+    monkeypatch.setenv("JUPYTER_PATH", str(jupyter_path))
+    with pytest.warns(UserWarning, match="died before replying"):
+        execute_notebook(nb)
+    assert starts.read_text() == "2"  # the first kernel died, the second ran the cell
+    assert nb.cells[0].outputs[0]["text"] == "42\n"
