@@ -1,8 +1,6 @@
 """Figures of attention heads, the course's one theme, and :func:`show`, which every cell
 that draws ends with. Heatmaps use ``imshow``: seaborn's ``heatmap`` is slow on grids of heads."""
 
-import math
-
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import display
@@ -39,6 +37,7 @@ def use_course_theme() -> None:
     rc |= {"patch.edgecolor": "w", "lines.solid_capstyle": "round", "axes.titlesize": 10}
     rc["font.sans-serif"] = ["Arial", "DejaVu Sans"]  # Arial if installed, else matplotlib's own
     rc["axes.prop_cycle"] = plt.cycler(color=PALETTE)
+    rc["axes.titley"] = 1.0  # titles above the axes, where matplotlib's slow auto-placing puts them
     plt.rcParams.update(rc | {"figure.dpi": FIGURE_DPI, "savefig.dpi": FIGURE_DPI})
     colour_codes = get_named_colors_mapping()  # seaborn's too: "k:" is a dotted dark grey line
     for code, i in zip("bgrmyc", (0, 2, 3, 4, 8, 9), strict=True):
@@ -69,7 +68,7 @@ def plot_heads(weights, labels, ncols=4, title=None, head_titles=None, size=2.4)
         raise ValueError(f"expected weights (heads, n_q, n_k), got shape {weights.shape}")
     n_heads = weights.shape[0]
     ncols = min(ncols, n_heads)
-    nrows = math.ceil(n_heads / ncols)
+    nrows = int(np.ceil(n_heads / ncols))
     figsize = (size * ncols + 0.8, size * nrows)  # 0.8 inch more for the colour bar
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
     for ax in axes.flat[n_heads:]:

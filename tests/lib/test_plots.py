@@ -6,6 +6,7 @@ import sys
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 from matplotlib.colors import to_rgb
 
@@ -45,6 +46,7 @@ def test_the_course_theme_is_seaborns_without_importing_seaborn():
         return rc | {code: to_rgb(code) for code in "bgrmyck"}
 
     rc = {"figure.dpi": plots.FIGURE_DPI, "savefig.dpi": plots.FIGURE_DPI, "axes.titlesize": 10}
+    rc["axes.titley"] = 1.0  # a fixed title height: the next test shows it draws the same
     seaborns = theme_set_by(
         lambda: sns.set_theme(style="whitegrid", palette="colorblind", font_scale=0.8, rc=rc)
     )
@@ -53,6 +55,22 @@ def test_the_course_theme_is_seaborns_without_importing_seaborn():
     assert ours["image.cmap"] == "viridis"  # matplotlib's: seaborn's "rocket" needs seaborn
     # Seaborn's list goes on after DejaVu Sans, which matplotlib ships: never reached.
     assert ours["font.sans-serif"] == seaborns["font.sans-serif"][:2] == ["Arial", "DejaVu Sans"]
+
+
+def test_titles_at_a_fixed_height_draw_what_the_automatic_placement_draws():
+    weights = np.random.default_rng(0).dirichlet(np.ones(4), size=(3, 4))  # (heads, n, n)
+
+    def pixels(titley):
+        with mpl.rc_context():
+            plots.use_course_theme()
+            mpl.rcParams["axes.titley"] = titley  # None: matplotlib places each title itself
+            fig = plots.plot_heads(weights, list("abcd"), ncols=2, title="three heads")
+            fig.canvas.draw()
+            image = np.asarray(fig.canvas.buffer_rgba()).copy()
+            plt.close(fig)
+        return image
+
+    assert np.array_equal(pixels(1.0), pixels(None))
 
 
 def test_the_flow_of_one_head_names_every_step_with_its_shape():
