@@ -80,6 +80,18 @@ def real_array(x, name: str) -> np.ndarray:
     raise ValueError(f"{name} must hold real numbers, got {what}")
 
 
+def array(x, name: str, shapes=None, layout: str = "") -> np.ndarray:
+    """``x`` as a real array (:func:`real_array`) without NaN or inf, of one of ``shapes`` (None:
+    any shape; None in a shape: any size on that axis), which ``layout`` names for the message."""
+    x = real_array(x, name)
+    if shapes is not None and not any(
+        len(s) == x.ndim and all(n in (None, x.shape[i]) for i, n in enumerate(s)) for s in shapes
+    ):
+        raise ValueError(f"{name} must be {layout}, got shape {x.shape}")
+    finite(x, name)
+    return x
+
+
 def rank(x: np.ndarray, name: str, ndims, layout: str) -> None:
     """``x.ndim`` is in ``ndims``; ``layout`` names the axes, e.g. '(batch, n, d_model)'."""
     if x.ndim not in ndims:
@@ -190,7 +202,7 @@ def fits_scores(shape: tuple, name: str, scores_shape: tuple, axes: str) -> None
 def attention_inputs(q, k, v, attn_mask):
     """q, k, v, mask of scaled dot-product attention, checked (shapes agree, finite, the mask
     boolean and fitting the scores) and in their common dtype; and their leading axes."""
-    q, k, v = real_array(q, "q"), real_array(k, "k"), real_array(v, "v")
+    q, k, v = array(q, "q"), array(k, "k"), array(v, "v")
     for name, a in (("q", q), ("k", k), ("v", v)):
         rank(a, name, range(2, 33), "(..., n, d), with at least 2 axes")
     shapes = f"q is {q.shape}, k is {k.shape}, v is {v.shape}"
@@ -204,7 +216,6 @@ def attention_inputs(q, k, v, attn_mask):
         raise ValueError(
             f"the leading (batch) axes of q, k, v must broadcast together: {shapes}"
         ) from None
-    finite_all({"q": q, "k": k, "v": v})
     if attn_mask is not None:
         attn_mask = bool_mask(attn_mask)
         fits_scores(attn_mask.shape, "mask", lead + (q.shape[-2], k.shape[-2]), "(..., n_q, n_k)")
@@ -244,15 +255,21 @@ def mha_params(p) -> None:
     object.__setattr__(p, "n_heads", int(p.n_heads))
 
 
-def params(p):
+def params(p, ungrouped: str | None = None):
     """``p`` is an MHAParams (or a subclass: anything with its fields and ``arrays()``) whose
-    arrays hold no NaN or inf (arrays can change in place after the shapes were checked)."""
+    arrays hold no NaN or inf (arrays can change in place after the shapes were checked); with
+    ``ungrouped`` (what needs it), one key/value head per query head."""
     if not (callable(getattr(p, "arrays", None)) and hasattr(p, "n_heads")):
         raise ValueError(
             f"params must be an MHAParams (see lib.attention.init_mha_params) or a GQAParams "
             f"(lib.kv_cache.init_gqa_params), got {type(p).__name__}"
         )
     finite_all({f"params.{name}": a for name, a in p.arrays().items()})
+    if ungrouped and getattr(p, "n_kv_heads", p.n_heads) != p.n_heads:
+        raise ValueError(
+            f"params has grouped key/value heads (n_kv_heads={p.n_kv_heads} for "
+            f"n_heads={p.n_heads}): {ungrouped}"
+        )
     return p
 
 
@@ -261,15 +278,10 @@ def mha_inputs(x_q, x_kv, p, mask, causal: bool = False, unbatched_ok: bool = Tr
     (batch, n, d_model), or both (n, d_model) when ``unbatched_ok``) and the mask. Returns x_q,
     x_kv (batch, n, d_model) and the parameters in their common dtype, the mask with four axes
     and ``causal`` folded in (None: every key) and whether the inputs came unbatched."""
-    params(p)
-    if getattr(p, "n_kv_heads", p.n_heads) != p.n_heads:
-        raise ValueError(
-            f"params has grouped key/value heads (n_kv_heads={p.n_kv_heads} for "
-            f"n_heads={p.n_heads}): run it with lib.kv_cache.grouped_query_attention"
-        )
+    params(p, ungrouped="run it with lib.kv_cache.grouped_query_attention")
     same = x_kv is x_q  # self-attention stays one array
-    x_q = real_array(x_q, "x_q")
-    x_kv = x_q if same else real_array(x_kv, "x_kv")
+    x_q = array(x_q, "x_q")
+    x_kv = x_q if same else array(x_kv, "x_kv")
     layouts = (
         "both (batch, n, d_model) or both (n, d_model)" if unbatched_ok else "(batch, n, d_model)"
     )
@@ -289,7 +301,6 @@ def mha_inputs(x_q, x_kv, p, mask, causal: bool = False, unbatched_ok: bool = Tr
             )
     if x_q.shape[0] != x_kv.shape[0]:
         raise ValueError(f"x_q and x_kv have different batch sizes: {x_q.shape} and {x_kv.shape}")
-    finite_all({"x_q": x_q} if same else {"x_q": x_q, "x_kv": x_kv})
     batch, n_q, n_k = x_q.shape[0], x_q.shape[1], x_kv.shape[1]
     if mask is not None:
         mask = bool_mask(mask)

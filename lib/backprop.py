@@ -17,14 +17,9 @@ PARAM_NAMES = valid.PARAM_NAMES
 def softmax_backward(weights: np.ndarray, d_weights: np.ndarray, axis: int = -1) -> np.ndarray:
     """dL/dscores = p * (dL/dp - sum(dL/dp * p, axis)) for p = softmax(scores, axis) given as
     ``weights`` and dL/dp as ``d_weights``: 0 where p is 0 (masked keys)."""
-    weights = valid.real_array(weights, "weights")
-    d_weights = valid.real_array(d_weights, "d_weights")
-    if weights.shape != d_weights.shape:
-        raise ValueError(
-            f"softmax_backward needs weights and d_weights of the same shape, got "
-            f"{weights.shape} and {d_weights.shape}"
-        )
-    valid.finite_all({"weights": weights, "d_weights": d_weights})
+    weights = valid.array(weights, "weights")
+    same = f"the shape of weights {weights.shape}"
+    d_weights = valid.array(d_weights, "d_weights", [weights.shape], same)
     return _softmax_grad(weights, d_weights, axis)
 
 
@@ -128,12 +123,8 @@ def mha_backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     """Gradients of the loss through :func:`mha_forward`, given d_out = dL/d(output): dL/d of
     the weights (and biases), ``x_q``, ``x_kv`` (for self-attention the input's gradient is
     their sum), ``head_mask`` and any ``score_bias``, each in the shape it was given."""
-    d_out = valid.real_array(d_out, "d_out")
-    if d_out.shape != cache.concat.shape:
-        raise ValueError(
-            f"d_out must have the output's shape {cache.concat.shape}, got {d_out.shape}"
-        )
-    valid.finite(d_out, "d_out")
+    shape = cache.concat.shape  # the output's: (batch, n_q, d_model)
+    d_out = valid.array(d_out, "d_out", [shape], f"the output's shape {shape}")
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is explained below
         grads = _backward(d_out, cache)
     valid.gradients(grads, d_out)
@@ -142,7 +133,6 @@ def mha_backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
 
 def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     p = cache.params
-    h = p.n_heads
     grads: dict[str, np.ndarray] = {}
 
     # out = concat @ W_o + b_o
@@ -152,7 +142,7 @@ def _backward(d_out: np.ndarray, cache: MHACache) -> dict[str, np.ndarray]:
     d_concat = d_out @ p.W_o.T  # (batch, n_q, d)
 
     # concat = merge(heads * head_mask)
-    d_masked = A.split_heads(d_concat, h)  # (batch, heads, n_q, d_k)
+    d_masked = A.split_heads(d_concat, p.n_heads)  # (batch, heads, n_q, d_k)
     d_head_mask = np.einsum("bhnk,bhnk->bh", d_masked, cache.heads)  # (batch, heads)
     grads["head_mask"] = d_head_mask.sum(axis=0) if cache.head_mask.ndim == 1 else d_head_mask
     d_heads = d_masked * cache.head_mask[..., None, None]
@@ -194,18 +184,12 @@ def _extras(x_q, x_kv, p, head_mask, rope, score_bias):
     and RoPE's angles (cos_q, sin_q, cos_k, sin_k) for the positions."""
     (batch, n_q, _), n_k, h, dtype = x_q.shape, x_kv.shape[1], p.n_heads, x_q.dtype
     head_mask = np.ones(h) if head_mask is None else head_mask  # every head on
-    head_mask = valid.real_array(head_mask, "head_mask").astype(dtype, copy=False)
-    if head_mask.shape not in ((h,), (batch, h)):
-        raise ValueError(
-            f"head_mask must have shape (heads,) = ({h},) or (batch, heads) = ({batch}, {h}), "
-            f"got {head_mask.shape}"
-        )
-    valid.finite(head_mask, "head_mask")
+    layout = f"(heads,) = ({h},) or (batch, heads) = ({batch}, {h})"
+    head_mask = valid.array(head_mask, "head_mask", [(h,), (batch, h)], layout)
     if score_bias is not None:
-        score_bias = valid.real_array(score_bias, "score_bias")
+        score_bias = valid.array(score_bias, "score_bias")
         scores = (batch, h, n_q, n_k)
         valid.fits_scores(score_bias.shape, "score_bias", scores, "(batch, heads, n_q, n_k)")
-        valid.finite(score_bias, "score_bias")
     angles = None
     if rope is not None:
         if not isinstance(rope, RoPE):
@@ -213,4 +197,4 @@ def _extras(x_q, x_kv, p, head_mask, rope, score_bias):
         valid.even(p.d_k, "d_k", "RoPE turns pairs of coordinates")
         queries, keys = query_positions(n_q, n_k), np.arange(n_k)
         angles = rope.cos_sin(queries, p.d_k, dtype) + rope.cos_sin(keys, p.d_k, dtype)
-    return head_mask, score_bias, angles
+    return head_mask.astype(dtype, copy=False), score_bias, angles

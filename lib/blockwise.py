@@ -111,7 +111,7 @@ def attend_in_blocks(q, k, v, mask=None, causal=False, skip=True, weights=None) 
             if skip and causal:
                 keys = max(0, min(n_k, r1 + offset))
             if skip and allowed is not None:  # 1 + the last key a row of the block may see
-                seen = np.flatnonzero(allowed.any(axis=tuple(range(allowed.ndim - 1))))
+                seen = np.flatnonzero(allowed.any(axis=(0, 1)))  # allowed: (matrices, rows, keys)
                 keys = min(keys, int(seen[-1]) + 1 if seen.size else 0)
             if keys:  # else no row of this block may attend to anything: output, weights 0
                 allowed = None if allowed is None else allowed[..., :keys]

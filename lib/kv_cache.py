@@ -65,12 +65,8 @@ def gqa_from_mha(params: A.MHAParams, n_kv_heads: int) -> GQAParams:
     """A trained multi-head layer made grouped-query: each group's key (and value) projections,
     weights and biases, replaced by their mean, as Ainslie et al. (2023) convert a checkpoint
     before training it further. The queries and W_o are kept."""
-    valid.params(params)
-    if getattr(params, "n_kv_heads", params.n_heads) != params.n_heads:
-        raise ValueError(
-            f"gqa_from_mha pools the key/value heads of a layer that has one per query head; "
-            f"this one has n_kv_heads={params.n_kv_heads} for n_heads={params.n_heads}"
-        )
+    need = "gqa_from_mha pools the key/value heads of a layer that has one per query head"
+    valid.params(params, ungrouped=need)
     group = valid.kv_heads(params.n_heads, n_kv_heads)
 
     def pooled(a):  # (..., n_heads * d_k) -> (..., n_kv_heads * d_k); head j * group + i
@@ -182,34 +178,27 @@ class Decoder:
 def _new_tokens(x, batch: int, d_model: int, length: int, max_len: int):
     """A decoder's new tokens: real, finite, (batch, t, d_model) or (t, d_model) when batch
     is 1, fitting in the cache; returned with a batch axis, and whether it came without."""
-    x = valid.real_array(x, "x_new")
+    shapes = [(batch, None, d_model)] + ([(None, d_model)] if batch == 1 else [])
     layouts = f"(batch, t, d_model) = ({batch}, t, {d_model})"
     layouts += f" or (t, d_model) = (t, {d_model})" if batch == 1 else ""
-    unbatched = x.ndim == 2 and batch == 1
-    x3 = x[None] if unbatched else x
-    if x3.ndim != 3 or x3.shape[0] != batch or x3.shape[2] != d_model:
-        raise ValueError(f"x_new must be {layouts}, got shape {x.shape}")
-    valid.finite(x3, "x_new")
-    if length + x3.shape[1] > max_len:
+    x = valid.array(x, "x_new", shapes, layouts)
+    if length + x.shape[-2] > max_len:
         raise ValueError(
             f"the KV cache holds at most max_len={max_len} tokens and has {length}: "
-            f"{x3.shape[1]} more do not fit (build the Decoder with a larger max_len, or "
+            f"{x.shape[-2]} more do not fit (build the Decoder with a larger max_len, or "
             "reset() it)"
         )
-    return x3, unbatched
+    return (x[None], True) if x.ndim == 2 else (x, False)
 
 
 def _cache_contents(keys, values, cache_shape: tuple):
     """Keys and values to load into a cache of ``cache_shape`` (batch, n_kv_heads, max_len,
     d_k): real, finite, one shape (batch, n_kv_heads, L, d_k) with L <= max_len."""
     batch, n_kv, max_len, d_k = cache_shape
+    shape = (batch, n_kv, None, d_k)  # L: any number of tokens, checked below
     layout = f"(batch, n_kv_heads, L, d_k) = ({batch}, {n_kv}, L, {d_k})"
-    arrays = {"keys": valid.real_array(keys, "keys"), "values": valid.real_array(values, "values")}
-    for name, a in arrays.items():
-        if a.ndim != 4 or a.shape[:2] != (batch, n_kv) or a.shape[3] != d_k:
-            raise ValueError(f"{name} must be {layout}, got shape {a.shape}")
-        valid.finite(a, name)
-    keys, values = arrays["keys"], arrays["values"]
+    keys = valid.array(keys, "keys", [shape], layout)
+    values = valid.array(values, "values", [shape], layout)
     if keys.shape != values.shape:
         raise ValueError(f"keys {keys.shape} and values {values.shape} must have one shape")
     if keys.shape[2] > max_len:

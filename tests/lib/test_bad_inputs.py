@@ -277,7 +277,7 @@ REFUSED = {  # entry point -> {fragment(s) of the ValueError's message: a call t
         "x_q and x_kv must be (batch, n, d_model), got x_q (3, 8) and x_kv (3, 8)": lambda: (
             BP.mha_forward(x()[0], x()[0], params())
         ),
-        "head_mask must have shape (heads,) = (2,) or (batch, heads) = (2, 2), got (3,)": (
+        "head_mask must be (heads,) = (2,) or (batch, heads) = (2, 2), got shape (3,)": (
             lambda: bp(None, np.ones(3))
         ),
         "head_mask contains NaN or inf (first at index (1,)": lambda: bp(None, [1.0, np.nan]),
@@ -297,7 +297,7 @@ REFUSED = {  # entry point -> {fragment(s) of the ValueError's message: a call t
     },
     "backprop.mha_backward": {
         "d_out contains NaN or inf (first at index (0, 2, 1)": lambda: back(x(at=(0, 2, 1))),
-        "d_out must have the output's shape (2, 3, 8), got (2, 2, 8)": lambda: back(x()[:, :2]),
+        "d_out must be the output's shape (2, 3, 8), got shape (2, 2, 8)": lambda: back(x()[:, :2]),
         ("the gradient of", "overflow float32"): lambda: back(huge((2, 3, 8), 3e38), np.float32),
     },
     "backprop.softmax_backward": {
@@ -307,7 +307,7 @@ REFUSED = {  # entry point -> {fragment(s) of the ValueError's message: a call t
         "d_weights contains NaN or inf (first at index (1, 1)": lambda: BP.softmax_backward(
             np.ones((2, 3)), x((2, 3), at=(1, 1), value=np.inf)
         ),
-        "weights and d_weights of the same shape, got (2, 3) and (3, 2)": lambda: (
+        "d_weights must be the shape of weights (2, 3), got shape (3, 2)": lambda: (
             BP.softmax_backward(np.ones((2, 3)) / 3, np.ones((3, 2)))
         ),
     },
