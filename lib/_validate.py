@@ -256,9 +256,9 @@ def mha_params(p) -> None:
 
 
 def params(p, ungrouped: str | None = None):
-    """``p`` is an MHAParams (or a subclass: anything with its fields and ``arrays()``) whose
-    arrays hold no NaN or inf (arrays can change in place after the shapes were checked); with
-    ``ungrouped`` (what needs it), one key/value head per query head."""
+    """``p`` is an MHAParams (or anything with its fields and ``arrays()``) without NaN or inf
+    (arrays can change in place after the shapes were checked); with ``ungrouped`` (what needs
+    it), one with a key/value head per query head."""
     if not (callable(getattr(p, "arrays", None)) and hasattr(p, "n_heads")):
         raise ValueError(
             f"params must be an MHAParams (see lib.attention.init_mha_params) or a GQAParams "

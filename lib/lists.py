@@ -63,11 +63,10 @@ def scale(A: Matrix, factor: float) -> Matrix:
 def softmax(row: list[float]) -> list[float]:
     """Softmax of one row: the maximum is subtracted first, so ``exp`` cannot overflow;
     ``-inf`` (masked keys) gets weight 0, and an all ``-inf`` row all zeros, not 0/0 = NaN."""
-    finite = [x for x in row if x != NEG_INF]
-    if not finite:
+    top = max(row, default=NEG_INF)
+    if top == NEG_INF:  # every key masked (or none): zeros
         return [0.0] * len(row)
-    top = max(finite)
-    exps = [math.exp(x - top) if x != NEG_INF else 0.0 for x in row]
+    exps = [math.exp(x - top) for x in row]  # exp(-inf) = 0: a masked key gets weight 0
     total = sum(exps)
     return [e / total for e in exps]
 
