@@ -186,18 +186,16 @@ def plot_head_split(seq: int, d_model: int, n_heads: int):
     for h in range(n_heads):
         y = top[h] - seq / 2  # the middle of head h's rows
         arrow(x1 + d_model, middle, x2, y)
-        matrix(x2, top[h], [colours[h]] * d_k, f"$Q_{h}$")
+        each = f"(seq, d_k) each\n= ({seq}, {d_k})" if h == n_heads - 1 else ""  # the lowest head
+        matrix(x2, top[h], [colours[h]] * d_k, f"$Q_{h}$", each)
         arrow(x2 + d_k, y, x3, y)
         label = f"attention\nof head {h}\n($Q_{h}$, $K_{h}$, $V_{h}$)"
         ax.text(x3 + box / 2, y, label, ha="center", va="center", fontsize=8, bbox=frame)
         arrow(x3 + box, y, x4, y)
-        matrix(x4, top[h], [colours[h]] * d_k, f"head$_{h}$")
+        matrix(x4, top[h], [colours[h]] * d_k, f"head$_{h}$", each)
         arrow(x4 + d_k, y, x5, middle + seq / 2 - (h + 0.5) * seq / n_heads)
     for x, step in ((x1 + d_model, "split"), (x4 + d_k, "concat")):
         ax.text(x + gap / 2, middle, step, ha="center", va="center", fontsize=8)
-    for x in (x2, x4):
-        each = f"(seq, d_k) each\n= ({seq}, {d_k})"
-        ax.text(x + d_k / 2, -0.5, each, ha="center", va="top", fontsize=8)
     matrix(x5, middle + seq / 2, per_column, "concat", f"(seq, heads * d_k)\n= ({seq}, {d_model})")
     arrow(x5 + d_model, middle, x6, middle, "@ $W_O$")
     matrix(x6, middle + seq / 2, grey, "output\n(heads mixed)", full)

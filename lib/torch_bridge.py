@@ -32,13 +32,11 @@ def to_torch_mha(params: A.MHAParams):
         params.d_model, params.n_heads, bias=params.has_bias, batch_first=True, dtype=dtype
     )
     in_proj = np.concatenate([params.W_q, params.W_k, params.W_v], axis=1).T  # (3 d, d)
-    with torch.no_grad():
-        module.in_proj_weight.copy_(torch.from_numpy(in_proj.copy()))
-        module.out_proj.weight.copy_(torch.from_numpy(params.W_o.T.copy()))
-        if params.has_bias:
-            in_bias = np.concatenate([params.b_q, params.b_k, params.b_v])  # (3 d,)
-            module.in_proj_bias.copy_(torch.from_numpy(in_bias))
-            module.out_proj.bias.copy_(torch.from_numpy(params.b_o))
+    state = {"in_proj_weight": in_proj, "out_proj.weight": params.W_o.T}
+    if params.has_bias:
+        state["in_proj_bias"] = np.concatenate([params.b_q, params.b_k, params.b_v])  # (3 d,)
+        state["out_proj.bias"] = params.b_o
+    module.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in state.items()})
     return module.eval()
 
 
@@ -50,13 +48,11 @@ def from_torch_mha(module) -> A.MHAParams:
             "from_torch_mha needs an nn.MultiheadAttention with a packed in_proj_weight "
             "(kdim = vdim = embed_dim) and add_bias_kv=False"
         )
-    d = module.embed_dim
     weight = module.in_proj_weight.detach().cpu().numpy()  # (3d, d)
-    W_q, W_k, W_v = (weight[i * d : (i + 1) * d].T.copy() for i in range(3))
+    W_q, W_k, W_v = (W.T.copy() for W in np.split(weight, 3))
     W_o = module.out_proj.weight.detach().cpu().numpy().T.copy()
     biases = [None] * 4
     if module.in_proj_bias is not None:
-        b = module.in_proj_bias.detach().cpu().numpy()
-        biases = [b[:d].copy(), b[d : 2 * d].copy(), b[2 * d :].copy()]
-        biases.append(module.out_proj.bias.detach().cpu().numpy().copy())
+        b = module.in_proj_bias.detach().cpu().numpy().copy()  # (3d,): b_q, b_k, b_v
+        biases = [*np.split(b, 3), module.out_proj.bias.detach().cpu().numpy().copy()]
     return valid.params(A.MHAParams(W_q, W_k, W_v, W_o, module.num_heads, *biases))

@@ -43,15 +43,11 @@ def make_toy_model(seed: int = SEED) -> ToyModel:
     """Draw, in this order: token embeddings, position embeddings, W_q, W_k, W_v, W_o.
     Embeddings are N(0, 1); weights N(0, 1/d_model), which keeps x @ W at unit scale."""
     rng = random.Random(seed)
+    token_emb = L.random_matrix(len(VOCAB), D_MODEL, rng)
+    pos_emb = L.random_matrix(MAX_LEN, D_MODEL, rng)
     w_scale = 1.0 / math.sqrt(D_MODEL)
-    return ToyModel(
-        token_emb=L.random_matrix(len(VOCAB), D_MODEL, rng),
-        pos_emb=L.random_matrix(MAX_LEN, D_MODEL, rng),
-        W_q=L.random_matrix(D_MODEL, D_MODEL, rng, scale=w_scale),
-        W_k=L.random_matrix(D_MODEL, D_MODEL, rng, scale=w_scale),
-        W_v=L.random_matrix(D_MODEL, D_MODEL, rng, scale=w_scale),
-        W_o=L.random_matrix(D_MODEL, D_MODEL, rng, scale=w_scale),
-    )
+    weights = [L.random_matrix(D_MODEL, D_MODEL, rng, scale=w_scale) for _ in range(4)]
+    return ToyModel(token_emb, pos_emb, *weights)  # W_q, W_k, W_v, W_o
 
 
 def head_weights(model: ToyModel, h: int) -> tuple[L.Matrix, L.Matrix, L.Matrix]:
@@ -69,8 +65,5 @@ def embed(model: ToyModel, sentence: list[str] = SENTENCE) -> L.Matrix:
         raise ValueError(f"words not in the toy vocabulary {VOCAB}: {unknown}")
     if len(sentence) > len(model.pos_emb):
         raise ValueError(f"sentence of {len(sentence)} tokens is longer than MAX_LEN={MAX_LEN}")
-    ids = [VOCAB.index(w) for w in sentence]
-    return [
-        [t + p for t, p in zip(model.token_emb[tok], model.pos_emb[i], strict=True)]
-        for i, tok in enumerate(ids)
-    ]
+    tokens = [model.token_emb[VOCAB.index(w)] for w in sentence]
+    return L.add(tokens, model.pos_emb[: len(sentence)])

@@ -1,17 +1,17 @@
 """An attention-only transformer in NumPy, forward and backward by hand (notebooks 09 and 11).
 
-Token embeddings (and, with ``max_len``, learned position embeddings) start a residual
-stream; each layer of causal multi-head attention adds its output to it; a linear readout
-turns the last stream into logits::
+Token embeddings start a residual stream; each layer of causal multi-head attention adds its
+output to it; a linear readout turns the last stream into logits::
 
-    x = tok_emb[ids] (+ pos_emb[:n])      # (batch, n, d)
+    x = tok_emb[ids]                      # (batch, n, d)
     x = x + MHA_l(x)   for each layer l   # (batch, n, d): the residual stream
     logits = x @ W_out (+ b_out)          # (batch, n, vocab)
 
-No MLP, no LayerNorm: whatever moves information between positions is a head. Notebook 09
-builds it without positions, with a BOS token in front, to show that two layers find order;
-notebook 11 trains it to copy and takes its heads apart. The parameters are a plain dict of
-arrays (``W_q0`` is layer 0's W_q), so that ``lib.tiny.Adam`` walks over them by name.
+No MLP, no LayerNorm: whatever moves information between positions is a head. It has no
+position embeddings: notebook 09 puts a BOS token in front, to show that two layers find
+order; notebook 11 trains it, with RoPE, to copy and takes its heads apart. The parameters
+are a plain dict of arrays (``W_q0`` is layer 0's W_q), so that ``lib.tiny.Adam`` walks over
+them by name.
 """
 
 import math
@@ -63,11 +63,16 @@ class Transformer:
     def forward(self, ids, head_mask=None) -> tuple[np.ndarray, Run]:
         """Logits (batch, n, vocab) for token ids (batch, n), and the :class:`Run`.
         ``head_mask`` (n_layers, heads): one factor per head, 0 switches it off."""
-        ids = self._check(ids, head_mask)
+        ids = valid.token_ids(ids, self.vocab_size, None)
+        if head_mask is not None and np.shape(head_mask) != (self.n_layers, self.n_heads):
+            raise ValueError(
+                f"head_mask must have shape (n_layers, heads) = ({self.n_layers}, "
+                f"{self.n_heads}), got {np.shape(head_mask)}"
+            )
+        if self.bos is not None:  # (batch, n'): BOS in front
+            ids = np.concatenate([np.full((len(ids), 1), self.bos), ids], axis=1)
         p = self.params
         x = p["tok_emb"][ids]  # (batch, n', d)
-        if "pos_emb" in p:
-            x = x + p["pos_emb"][: ids.shape[1]]
         streams, layers, mask = [x], [], causal_mask(ids.shape[1])
         for index in range(self.n_layers):
             heads = None if head_mask is None else head_mask[index]
@@ -96,9 +101,6 @@ class Transformer:
         # tok_emb[ids] is one_hot @ tok_emb: its gradient, one_hot^T @ d_x, sums a token's places
         one_hot = np.eye(len(p["tok_emb"]), dtype=d_x.dtype)[run.ids]  # (batch, n', vocab)
         grads["tok_emb"] = weight_gradient(one_hot, d_x)  # (vocab, d)
-        if "pos_emb" in p:
-            grads["pos_emb"] = np.zeros_like(p["pos_emb"])
-            grads["pos_emb"][: run.ids.shape[1]] = d_x.sum(axis=0)
         return grads
 
     def loss_and_grads(self, ids, targets, head_mask=None):
@@ -112,25 +114,6 @@ class Transformer:
         """How many token ids a sequence may hold (BOS is added by the model, not given)."""
         return self.params["W_out"].shape[1]
 
-    @property
-    def max_len(self) -> int | None:
-        """How long a sequence may be, with learned positions; None without positions."""
-        if "pos_emb" not in self.params:
-            return None
-        return len(self.params["pos_emb"]) - (self.bos is not None)
-
-    def _check(self, ids, head_mask) -> np.ndarray:
-        """ids as (batch, n') integers, BOS in front when the model has one."""
-        ids = valid.token_ids(ids, self.vocab_size, self.max_len)
-        if head_mask is not None and np.shape(head_mask) != (self.n_layers, self.n_heads):
-            raise ValueError(
-                f"head_mask must have shape (n_layers, heads) = ({self.n_layers}, "
-                f"{self.n_heads}), got {np.shape(head_mask)}"
-            )
-        if self.bos is not None:
-            ids = np.concatenate([np.full((len(ids), 1), self.bos), ids], axis=1)
-        return ids
-
 
 def init_transformer(
     vocab_size: int,
@@ -138,23 +121,18 @@ def init_transformer(
     n_heads: int,
     rng: np.random.Generator,
     d_model: int = 32,
-    max_len: int | None = None,
     bos: bool = False,
     biases: bool = False,
     rope: bool = False,
 ) -> Transformer:
     """A freshly initialised :class:`Transformer`: embeddings N(0, 1), attention matrices
-    Glorot-uniform, readout N(0, 1/d_model); biases 0. ``max_len``: learned positions for
-    that many places (None: no positions). ``bos``: one more token id, ``vocab_size``, put
-    in front of every sequence. ``rope``: rotary positions (notebook 09) in every layer."""
+    Glorot-uniform, readout N(0, 1/d_model); biases 0. ``bos``: one more token id,
+    ``vocab_size``, put in front of every sequence. ``rope``: rotary positions (notebook 09) in
+    every layer."""
     valid.heads(d_model, n_heads)
     for name, value in dict(vocab_size=vocab_size, n_layers=n_layers).items():
         valid.integer(value, name, low=1)
-    if max_len is not None:
-        valid.integer(max_len, "max_len", low=1)
     p = {"tok_emb": rng.normal(0.0, 1.0, (vocab_size + bos, d_model))}
-    if max_len is not None:
-        p["pos_emb"] = rng.normal(0.0, 1.0, (max_len + bos, d_model))
     for index in range(n_layers):
         for name in LAYER:
             p[f"{name}{index}"] = glorot(rng, d_model, d_model)

@@ -23,7 +23,7 @@ VOCAB = 7
 
 
 def small_model(seed=0, **options):
-    defaults = dict(d_model=8, max_len=10)
+    defaults = dict(d_model=8)
     return TR.init_transformer(VOCAB, 2, 2, np.random.default_rng(seed), **(defaults | options))
 
 
@@ -36,8 +36,7 @@ def batch(seed=1, n=6, size=3):
 
 
 MODELS = {
-    "positions": dict(),
-    "no positions": dict(max_len=None),
+    "plain": dict(),
     "BOS and biases": dict(bos=True, biases=True),
 }
 
@@ -61,8 +60,6 @@ def torch_loss(params: dict, ids, targets, n_heads: int, bos) -> torch.Tensor:
         ids = np.concatenate([np.full((len(ids), 1), bos), ids], axis=1)
     ids = torch.from_numpy(ids)
     x = params["tok_emb"][ids]
-    if "pos_emb" in params:
-        x = x + params["pos_emb"][: ids.shape[1]]
     n, d = ids.shape[1], x.shape[-1]
     d_k = d // n_heads
     causal = torch.ones(n, n, dtype=torch.bool).tril()
@@ -102,11 +99,11 @@ def test_loss_and_gradients_match_torch_autograd(options):
 
 
 def test_one_layer_is_multi_head_attention_on_the_embeddings_plus_a_residual():
-    model = TR.init_transformer(VOCAB, 1, 2, np.random.default_rng(2), d_model=8, max_len=6)
+    model = TR.init_transformer(VOCAB, 1, 2, np.random.default_rng(2), d_model=8)
     ids, _ = batch(n=6)
     logits, run = model.forward(ids)
     p = model.params
-    x = p["tok_emb"][ids] + p["pos_emb"][:6]
+    x = p["tok_emb"][ids]
     expected = (x + A.multi_head_attention(x, x, model.layer(0), causal=True)[0]) @ p["W_out"]
     np.testing.assert_allclose(logits, expected, rtol=1e-12, atol=1e-12)
     assert len(run.streams) == 2 and run.patterns[0].shape == (3, 2, 6, 6)
@@ -129,7 +126,7 @@ def test_switching_every_head_off_leaves_the_embeddings_alone():
     ids, _ = batch()
     logits, _ = model.forward(ids, head_mask=np.zeros((2, 2)))
     p = model.params
-    np.testing.assert_allclose(logits, (p["tok_emb"][ids] + p["pos_emb"][:6]) @ p["W_out"])
+    np.testing.assert_allclose(logits, p["tok_emb"][ids] @ p["W_out"])
 
 
 def test_a_head_switched_off_adds_nothing_to_the_stream():
@@ -151,11 +148,6 @@ def test_a_head_switched_off_adds_nothing_to_the_stream():
         (np.array([[0, 7]]), None, r"token ids must be in 0..6, got values from 0 to 7"),
         (np.array([[0.0, 1.0]]), None, r"ids must be integers of shape \(batch, n\), got float64"),
         (
-            np.zeros((1, 11), int),
-            None,
-            r"sequences of length 11 are longer than the model's max_len=10",
-        ),
-        (
             np.zeros((1, 3), int),
             np.ones(2),
             r"head_mask must have shape \(n_layers, heads\) = \(2, 2\)",
@@ -175,8 +167,8 @@ def test_bad_sizes_are_named():
 
 
 def test_bos_is_put_in_front_and_has_no_answer():
-    model = small_model(bos=True, max_len=6)
+    model = small_model(bos=True)
     ids, _ = batch(n=6)
     logits, run = model.forward(ids)
     assert logits.shape == (3, 6, VOCAB) and run.ids.shape == (3, 7)
-    assert (run.ids[:, 0] == VOCAB).all() and model.max_len == 6
+    assert (run.ids[:, 0] == VOCAB).all()
