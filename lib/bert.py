@@ -64,11 +64,6 @@ class BertConfig:
     pad_token_id: int
 
 
-# config.json's names of BertConfig's fields, in their order
-CONFIG_KEYS = """vocab_size hidden_size num_hidden_layers num_attention_heads intermediate_size
-    max_position_embeddings type_vocab_size layer_norm_eps pad_token_id""".split()
-
-
 @dataclass
 class BertLayer:
     """One encoder layer; every matrix is (d_in, d_out)."""
@@ -116,27 +111,42 @@ def load_weights(weights_path=None, config_path=None, dtype=np.float32) -> BertW
             "not this model; reinstall the model package."
         )
     raw = json.loads(Path(config_path or model_dir() / "config.json").read_text())
-    config = BertConfig(*(raw[key] for key in CONFIG_KEYS))
+    config = BertConfig(
+        vocab_size=raw["vocab_size"],
+        d_model=raw["hidden_size"],
+        n_layers=raw["num_hidden_layers"],
+        n_heads=raw["num_attention_heads"],
+        d_ff=raw["intermediate_size"],
+        max_positions=raw["max_position_embeddings"],
+        type_vocab_size=raw["type_vocab_size"],
+        layer_norm_eps=raw["layer_norm_eps"],
+        pad_token_id=raw["pad_token_id"],
+    )
     tensors = load_file(str(weights_path))
 
-    def weight_bias(name: str) -> tuple[np.ndarray, np.ndarray]:
-        # torch stores a linear layer's weight as (d_out, d_in) and computes x @ W.T: transposed
-        # once, to (d_in, d_out). A LayerNorm's weight and bias (1-D) are its gamma and beta.
-        weight = np.ascontiguousarray(tensors[name + ".weight"].T, dtype=dtype)
-        return weight, np.asarray(tensors[name + ".bias"], dtype=dtype)
+    def get(name: str, transpose: bool = False) -> np.ndarray:
+        return np.ascontiguousarray(tensors[name].T if transpose else tensors[name], dtype=dtype)
 
-    attention = ("self.query", "self.key", "self.value", "output.dense")  # W_q, W_k, W_v, W_o
-    # then BertLayer's other fields, in their order: two LayerNorms around the feed-forward block
-    rest = ("attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
+    def linear(name: str) -> tuple[np.ndarray, np.ndarray]:
+        # torch stores (d_out, d_in) and computes x @ W.T: transposed once, to (d_in, d_out)
+        return get(name + ".weight", transpose=True), get(name + ".bias")
+
+    def norm(name: str) -> tuple[np.ndarray, np.ndarray]:  # a LayerNorm's gamma and beta
+        return get(name + ".weight"), get(name + ".bias")
+
     layers = []
     for i in range(config.n_layers):
         p = f"encoder.layer.{i}."
-        Ws, bs = zip(*(weight_bias(p + "attention." + name) for name in attention), strict=True)
-        arrays = [array for name in rest for array in weight_bias(p + name)]
-        layers.append(BertLayer(A.MHAParams(*Ws, config.n_heads, *bs), *arrays))
-    names = [f"embeddings.{t}_embeddings.weight" for t in ("word", "position", "token_type")]
-    tables = [np.asarray(tensors[name], dtype=dtype) for name in names]
-    return BertWeights(config, *tables, *weight_bias("embeddings.LayerNorm"), layers)
+        W_q, b_q = linear(p + "attention.self.query")
+        W_k, b_k = linear(p + "attention.self.key")
+        W_v, b_v = linear(p + "attention.self.value")
+        W_o, b_o = linear(p + "attention.output.dense")
+        attention = A.MHAParams(W_q, W_k, W_v, W_o, config.n_heads, b_q, b_k, b_v, b_o)
+        ff_in, ff_out = linear(p + "intermediate.dense"), linear(p + "output.dense")
+        norms = norm(p + "attention.output.LayerNorm"), norm(p + "output.LayerNorm")
+        layers.append(BertLayer(attention, *norms[0], *ff_in, *ff_out, *norms[1]))
+    tables = [get(f"embeddings.{t}_embeddings.weight") for t in ("word", "position", "token_type")]
+    return BertWeights(config, *tables, *norm("embeddings.LayerNorm"), layers)
 
 
 @dataclass

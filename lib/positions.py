@@ -55,8 +55,10 @@ def sinusoidal_table(n: int, d_model: int, base: float = BASE, dtype=np.float64)
     valid.even(d_model, "d_model", "sin and cos come in pairs")
     dtype = valid.float_dtype(dtype)
     angles = np.arange(n)[:, None] * frequencies(d_model, base)[None, :]  # (n, d/2)
-    table = np.stack([np.sin(angles), np.cos(angles)], axis=-1)  # (n, d/2, 2): sin, cos of each
-    return table.reshape(n, d_model).astype(dtype)
+    table = np.empty((n, d_model))
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles)
+    return table.astype(dtype)
 
 
 def sinusoidal_shift(k: int, d_model: int, base: float = BASE) -> np.ndarray:

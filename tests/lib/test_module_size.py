@@ -1,7 +1,7 @@
 """lib stays small enough to read, counted as the formatter lays it out: no module over 350
 lines, so that each is a notebook's worth of code a learner can read through; the modules of
 notebooks 01-10 at most 3,000 lines in all, and notebook 11's model and scores
-(``transformer.py``, ``induction.py``) at most 270 more (the exercises' checks in
+(``transformer.py``, ``induction.py``) at most 245 more (the exercises' checks in
 ``lib/checks`` and the data in ``lib/data`` apart). The checks: at most 400 lines a file,
 3,000 for notebooks 01-10 and 170 for notebook 11's. These bars only ever come down. A count
 met by packing measures nothing, so no line of lib may be kept from the formatter
@@ -16,7 +16,7 @@ CHECKS = LIB / "checks"
 LONGEST, IN_ALL = 350, 3000
 LONGEST_CHECK, CHECKS_IN_ALL = 400, 3000
 NOTEBOOK_11 = {"transformer.py", "induction.py", "nb11_induction.py"}  # on top of 01-10
-NOTEBOOK_11_LIB, NOTEBOOK_11_CHECKS = 270, 170
+NOTEBOOK_11_LIB, NOTEBOOK_11_CHECKS = 245, 170
 
 
 def _lengths(folder: Path) -> dict[str, int]:
