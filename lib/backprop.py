@@ -186,6 +186,9 @@ def _extras(x_q, x_kv, p, head_mask, rope, score_bias):
     head_mask = np.ones(h) if head_mask is None else head_mask  # every head on
     layout = f"(heads,) = ({h},) or (batch, heads) = ({batch}, {h})"
     head_mask = valid.array(head_mask, "head_mask", [(h,), (batch, h)], layout)
+    with np.errstate(over="ignore"):  # a factor too large for the inputs' dtype becomes inf,
+        head_mask = head_mask.astype(dtype)  # which is refused by name just below
+    valid.finite(head_mask, "head_mask")
     if score_bias is not None:
         score_bias = valid.array(score_bias, "score_bias")
         scores = (batch, h, n_q, n_k)
@@ -197,4 +200,4 @@ def _extras(x_q, x_kv, p, head_mask, rope, score_bias):
         valid.even(p.d_k, "d_k", "RoPE turns pairs of coordinates")
         queries, keys = query_positions(n_q, n_k), np.arange(n_k)
         angles = rope.cos_sin(queries, p.d_k, dtype) + rope.cos_sin(keys, p.d_k, dtype)
-    return head_mask.astype(dtype, copy=False), score_bias, angles
+    return head_mask, score_bias, angles

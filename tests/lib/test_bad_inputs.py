@@ -281,6 +281,9 @@ REFUSED = {  # entry point -> {fragment(s) of the ValueError's message: a call t
             lambda: bp(None, np.ones(3))
         ),
         "head_mask contains NaN or inf (first at index (1,)": lambda: bp(None, [1.0, np.nan]),
+        "head_mask contains NaN or inf (first at index (1,), shape (2,))": lambda: BP.mha_forward(
+            x(dtype=np.float32), x(dtype=np.float32), params32(), None, [1, 1e300]
+        ),
         "rope must be a lib.positions.RoPE, got str": lambda: bp(rope="half"),
         "d_k must be even (RoPE turns pairs of coordinates), got 3": lambda: BP.mha_forward(
             x((2, 3, 6)), x((2, 3, 6)), params(d=6), rope=POS.RoPE()
