@@ -18,7 +18,7 @@ def softmax_backward(weights: np.ndarray, d_weights: np.ndarray, axis: int = -1)
     """dL/dscores = p * (dL/dp - sum(dL/dp * p, axis)) for p = softmax(scores, axis) given as
     ``weights`` and dL/dp as ``d_weights``: 0 where p is 0 (masked keys)."""
     weights = valid.array(weights, "weights")
-    same = f"the shape of weights {weights.shape}"
+    same = f"{weights.shape}, the shape of weights"
     d_weights = valid.array(d_weights, "d_weights", [weights.shape], same)
     return _softmax_grad(weights, d_weights, axis)
 

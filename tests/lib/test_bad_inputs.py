@@ -310,7 +310,7 @@ REFUSED = {  # entry point -> {fragment(s) of the ValueError's message: a call t
         "d_weights contains NaN or inf (first at index (1, 1)": lambda: BP.softmax_backward(
             np.ones((2, 3)), x((2, 3), at=(1, 1), value=np.inf)
         ),
-        "d_weights must be the shape of weights (2, 3), got shape (3, 2)": lambda: (
+        "d_weights must be (2, 3), the shape of weights, got shape (3, 2)": lambda: (
             BP.softmax_backward(np.ones((2, 3)) / 3, np.ones((3, 2)))
         ),
     },
