@@ -84,12 +84,17 @@ def array(x, name: str, shapes=None, layout: str = "") -> np.ndarray:
     """``x`` as a real array (:func:`real_array`) without NaN or inf, of one of ``shapes`` (None:
     any shape; None in a shape: any size on that axis), which ``layout`` names for the message."""
     x = real_array(x, name)
-    if shapes is not None and not any(
-        len(s) == x.ndim and all(n in (None, x.shape[i]) for i, n in enumerate(s)) for s in shapes
-    ):
+    if shapes is not None and not any(_fits(x.shape, shape) for shape in shapes):
         raise ValueError(f"{name} must be {layout}, got shape {x.shape}")
     finite(x, name)
     return x
+
+
+def _fits(shape: tuple, pattern: tuple) -> bool:
+    """``shape`` has ``pattern``'s axes, each of its size or any size where it says None."""
+    if len(shape) != len(pattern):
+        return False
+    return all(want in (None, size) for want, size in zip(pattern, shape, strict=True))
 
 
 def rank(x: np.ndarray, name: str, ndims, layout: str) -> None:
