@@ -426,3 +426,28 @@ def test_the_self_check_empties_the_script_and_indexes_the_solution_words(tmp_pa
     word = st.solution_only_word(FIRST)
     assert terms[st._stem(word)] == docnames.index(f"notebooks/{FIRST}")
     assert terms["attent"] == [1, 2]
+
+
+class _Page:
+    """A page whose first ``failures`` screenshots time out, as Playwright's do."""
+
+    def __init__(self, failures: int):
+        self.failures, self.taken = failures, []
+
+    def screenshot(self, path: str, full_page: bool) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise TimeoutError("Page.screenshot: Timeout 30000ms exceeded.\n  - waiting for fonts")
+        self.taken.append(path)
+
+
+@pytest.mark.parametrize("failures, taken, logged", [(0, 1, 0), (1, 1, 1), (2, 0, 2)])
+def test_a_screenshot_that_times_out_is_tried_again_then_logged(
+    tmp_path, capsys, failures, taken, logged
+):
+    page = _Page(failures)
+    st.save_screenshot(page, tmp_path / "page.png", full_page=False)  # never raises
+    lines = capsys.readouterr().out.splitlines()
+    assert len(page.taken) == taken
+    assert len(lines) == logged
+    assert all("page.png not taken" in line and "waiting for fonts" in line for line in lines)
